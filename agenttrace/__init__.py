@@ -1,0 +1,1 @@
+"""agenttrace: OpenTelemetry for agent episodes."""

@@ -1,0 +1,114 @@
+"""The contract: span names and attribute keys agenttrace emits and reads.
+
+Nothing else in the package spells these strings. Spans written by any version of
+agenttrace, by hand, or by another instrumentation are read back through these names, so a
+change here is a change of the wire format (see docs/semantic-conventions.md).
+
+RL attributes live in the ``rl.`` namespace (after the open ``rl.*`` proposal in the GenAI
+semantic-conventions repository); LLM and tool calls use the OpenTelemetry GenAI names.
+"""
+
+from __future__ import annotations
+
+# --- span names -------------------------------------------------------------------------
+EPISODE = "episode"
+ENV_RESET = "env.reset"
+TIMESTEP = "timestep"
+AGENT_ACT = "agent.act"
+ENV_STEP = "env.step"
+
+#: The span names agenttrace itself creates for RL structure, in nesting order.
+RL_SPAN_NAMES = (EPISODE, ENV_RESET, TIMESTEP, AGENT_ACT, ENV_STEP)
+
+# --- rl.* attributes --------------------------------------------------------------------
+# Episode identity, set at span start so samplers and searches can use them.
+EPISODE_ID = "rl.episode.id"  # on the episode and stamped on every descendant span
+TASK_ID = "rl.task.id"
+ENV_NAME = "rl.env.name"
+AGENT_NAME = "rl.agent.name"
+POLICY_VERSION = "rl.policy.version"
+EPISODE_SEED = "rl.episode.seed"
+
+# Episode outcome, set when the episode span ends.
+EPISODE_STATUS = "rl.episode.status"
+EPISODE_RETURN = "rl.episode.return"
+EPISODE_LENGTH = "rl.episode.length"
+
+# Step structure and outcome.
+TIMESTEP_INDEX = "rl.timestep.index"
+REWARD = "rl.reward"
+DONE = "rl.done"
+TERMINATED = "rl.terminated"
+TRUNCATED = "rl.truncated"
+DISCOUNT = "rl.discount"
+
+# Content, JSON strings in agenttrace's value encoding (docs/trajectory-format.md).
+# On env.reset and env.step rl.observation is the observation the env *returned*; on
+# timestep and agent.act it is the observation the agent *acted on*.
+OBSERVATION = "rl.observation"
+ACTION = "rl.action"
+INFO = "rl.info"
+
+# --- episode statuses (values of rl.episode.status and Trajectory.status) ----------------
+STATUS_COMPLETED = "completed"
+STATUS_TRUNCATED = "truncated"
+STATUS_ERRORED = "errored"
+STATUS_CANCELLED = "cancelled"
+STATUS_ABANDONED = "abandoned"
+STATUS_ABORTED = "aborted"
+#: Only ever set by the rebuild: the episode never ended, or steps are missing.
+STATUS_INCOMPLETE = "incomplete"
+
+EPISODE_STATUSES = (
+    STATUS_COMPLETED,
+    STATUS_TRUNCATED,
+    STATUS_ERRORED,
+    STATUS_CANCELLED,
+    STATUS_ABANDONED,
+    STATUS_ABORTED,
+    STATUS_INCOMPLETE,
+)
+
+# --- OpenTelemetry GenAI conventions ------------------------------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_SYSTEM = "gen_ai.system"  # the pre-1.37 name of gen_ai.provider.name, still read
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
+
+GEN_AI_OPERATION_CHAT = "chat"
+GEN_AI_OPERATION_EXECUTE_TOOL = "execute_tool"
+#: gen_ai.operation.name values that mean "a call to a model".
+GEN_AI_MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+
+# --- exception event (OpenTelemetry general conventions) ----------------------------------
+EXCEPTION_EVENT = "exception"
+EXCEPTION_TYPE = "exception.type"
+EXCEPTION_MESSAGE = "exception.message"
+EXCEPTION_STACKTRACE = "exception.stacktrace"
+
+# --- log records carrying trajectories (OTLP logs sink) ------------------------------------
+TRAJECTORY_EVENT_NAME = "rl.trajectory"
+
+
+def llm_span_name(model: str | None, operation: str = GEN_AI_OPERATION_CHAT) -> str:
+    """GenAI span name: ``{operation} {model}``, or just the operation when model is unknown."""
+    return f"{operation} {model}" if model else operation
+
+
+def tool_span_name(tool: str | None) -> str:
+    """GenAI tool span name: ``execute_tool {name}``."""
+    return llm_span_name(tool, GEN_AI_OPERATION_EXECUTE_TOOL)

@@ -1,0 +1,32 @@
+"""Trajectory model, value encoding, span records and the one assembler."""
+
+from agenttrace.trajectory.assembler import assemble, build_trajectory
+from agenttrace.trajectory.codec import UnserializableValueWarning, values_equal
+from agenttrace.trajectory.model import (
+    SCHEMA,
+    EpisodeError,
+    LLMCall,
+    Step,
+    ToolCall,
+    Trajectory,
+    TrajectoryFormatError,
+)
+from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord, record_from_span
+
+__all__ = [
+    "SCHEMA",
+    "EpisodeError",
+    "LLMCall",
+    "SpanEvent",
+    "SpanLink",
+    "SpanRecord",
+    "Step",
+    "ToolCall",
+    "Trajectory",
+    "TrajectoryFormatError",
+    "UnserializableValueWarning",
+    "assemble",
+    "build_trajectory",
+    "record_from_span",
+    "values_equal",
+]

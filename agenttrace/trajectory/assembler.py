@@ -1,0 +1,403 @@
+"""The one assembler: span records -> trajectories.
+
+Pure functions, no I/O, no knowledge of where the records came from. The live
+:class:`~agenttrace.processing.TrajectoryProcessor` and every storage reader call
+:func:`build_trajectory` (one episode's records) or :func:`assemble` (records of any number of
+episodes, grouped here), so an episode rebuilt live and one rebuilt from trace storage are
+equal by construction.
+
+How a step is put together (docs/trajectory-format.md has the full rules):
+
+* spans carrying ``rl.timestep.index`` *i* (timestep, agent.act, env.step) make step *i*;
+* the observation the agent acted on comes from agent.act or timestep, else from the previous
+  env.step's returned observation (env.reset's for step 0);
+* action, reward, termination, discount and info come from env.step, then agent.act, then
+  timestep, so the reward sits with the action that earned it;
+* GenAI spans (``chat …``, ``execute_tool …``) belong to the step whose span is their ancestor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from agenttrace import semconv as sc
+from agenttrace.trajectory.codec import ValueDecodeError, loads
+from agenttrace.trajectory.model import EpisodeError, LLMCall, Step, ToolCall, Trajectory
+from agenttrace.trajectory.records import SpanRecord
+
+_STEP_ROLES = (sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP)
+# Episode-span attributes that become top-level trajectory fields instead of `attributes`.
+_LIFTED = frozenset(
+    {sc.EPISODE_ID, sc.TASK_ID, sc.EPISODE_STATUS, sc.EPISODE_RETURN, sc.EPISODE_LENGTH}
+)
+_MISSING = object()
+
+
+def episode_id_of(record: SpanRecord) -> str | None:
+    value = record.attributes.get(sc.EPISODE_ID)
+    return None if value is None else str(value)
+
+
+def assemble(records: Iterable[SpanRecord]) -> list[Trajectory]:
+    """Group records by episode and rebuild each; episodes in order of first appearance.
+
+    Records without ``rl.episode.id`` join the episode of their nearest ancestor that has one
+    (spans from other instrumentations); records that belong to no episode are ignored.
+    """
+    groups: dict[str, list[SpanRecord]] = {}
+    owner: dict[tuple[int, int], str] = {}
+    orphans: list[SpanRecord] = []
+    for record in records:
+        episode_id = episode_id_of(record)
+        if episode_id is None:
+            orphans.append(record)
+            continue
+        groups.setdefault(episode_id, []).append(record)
+        owner[(record.trace_id, record.span_id)] = episode_id
+    if orphans:
+        by_id = {(r.trace_id, r.span_id): r for r in orphans}
+        for record in orphans:
+            episode_id = _owner_via_parents(record, owner, by_id)
+            if episode_id is not None:
+                groups[episode_id].append(record)
+    return [build_trajectory(group, episode_id) for episode_id, group in groups.items()]
+
+
+def _owner_via_parents(
+    record: SpanRecord,
+    owner: Mapping[tuple[int, int], str],
+    orphans: Mapping[tuple[int, int], SpanRecord],
+) -> str | None:
+    seen = set()
+    current = record
+    while current.parent_span_id and current.span_id not in seen:
+        seen.add(current.span_id)
+        key = (current.trace_id, current.parent_span_id)
+        if key in owner:
+            return owner[key]
+        parent = orphans.get(key)
+        if parent is None:
+            return None
+        current = parent
+    return None
+
+
+def build_trajectory(records: Sequence[SpanRecord], episode_id: str | None = None) -> Trajectory:
+    """Rebuild one episode from its span records (in any order, possibly incomplete)."""
+    if not records:
+        raise ValueError("build_trajectory needs at least one span record")
+    episode_span = _episode_span(records)
+    if episode_id is None:
+        episode_id = episode_id_of(episode_span or records[0]) or format(
+            records[0].trace_id, "032x"
+        )
+
+    parts: dict[int, dict[str, SpanRecord]] = {}
+    reset_span: SpanRecord | None = None
+    genai: list[SpanRecord] = []
+    by_span_id: dict[int, SpanRecord] = {}
+    for record in records:
+        by_span_id[record.span_id] = record
+        name = record.name
+        if name in _STEP_ROLES:
+            index = record.attributes.get(sc.TIMESTEP_INDEX)
+            if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+                parts.setdefault(index, {})[name] = record
+        elif name == sc.ENV_RESET:
+            if reset_span is None or record.start_time >= reset_span.start_time:
+                reset_span = record
+        elif _genai_operation(record) is not None:
+            genai.append(record)
+
+    steps = [_build_step(index, parts[index]) for index in sorted(parts)]
+    _align_observations(steps, parts, reset_span)
+    _attach_genai_calls(steps, genai, by_span_id)
+
+    attrs = episode_span.attributes if episode_span is not None else {}
+    length = attrs.get(sc.EPISODE_LENGTH)
+    expected = length if isinstance(length, int) else (max(parts) + 1 if parts else 0)
+    missing = sorted(set(range(expected)) - set(parts))
+    last = steps[-1] if steps else None
+
+    status = attrs.get(sc.EPISODE_STATUS)
+    if status is None and episode_span is not None and episode_span.end_time is not None:
+        status = _derived_status(episode_span, last)
+    ended = episode_span is not None and episode_span.end_time is not None
+    attributes = {k: _plain(v) for k, v in attrs.items() if k not in _LIFTED}
+    if not ended or missing:
+        if status is not None:
+            attributes[sc.EPISODE_STATUS] = status
+        status = sc.STATUS_INCOMPLETE
+
+    episode_return = attrs.get(sc.EPISODE_RETURN)
+    if not isinstance(episode_return, (int, float)) or isinstance(episode_return, bool):
+        episode_return = float(sum(s.reward for s in steps if s.reward is not None))
+    task_id = attrs.get(sc.TASK_ID)
+
+    final_observation = None
+    if last is not None:
+        env_step = parts[last.index].get(sc.ENV_STEP)
+        if env_step is not None:
+            final_observation = _content(env_step, sc.OBSERVATION, None)
+    elif reset_span is not None:
+        final_observation = _content(reset_span, sc.OBSERVATION, None)
+
+    start = episode_span.start_time if episode_span else min(r.start_time for r in records)
+    ends = [r.end_time for r in records if r.end_time is not None]
+    end = episode_span.end_time if ended else (max(ends) if ends else None)
+
+    return Trajectory(
+        episode_id=episode_id,
+        trace_id=format((episode_span or records[0]).trace_id, "032x"),
+        task_id=None if task_id is None else str(task_id),
+        status=status,
+        error=_episode_error(episode_span),
+        start_time=start,
+        end_time=end,
+        return_=float(episode_return),
+        length=length if isinstance(length, int) else len(steps),
+        attributes=attributes,
+        steps=steps,
+        final_observation=final_observation,
+        reset_info=_content(reset_span, sc.INFO, None) if reset_span else None,
+        missing_steps=missing,
+    )
+
+
+def _episode_span(records: Sequence[SpanRecord]) -> SpanRecord | None:
+    """The episode's root span: a span named ``episode``; the outermost if several."""
+    found = None
+    for record in records:
+        if record.name == sc.EPISODE and (found is None or record.start_time < found.start_time):
+            found = record
+    return found
+
+
+def _content(record: SpanRecord, key: str, default: Any) -> Any:
+    """Decode a JSON-encoded content attribute; text that is not JSON is kept as text."""
+    text = record.attributes.get(key, _MISSING)
+    if text is _MISSING:
+        return default
+    if not isinstance(text, str):
+        return _plain(text)
+    try:
+        return loads(text)
+    except ValueDecodeError:
+        return text
+
+
+def _plain(value: Any) -> Any:
+    """Attribute sequences arrive as tuples live and lists from storage: use lists."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _first(records: Sequence[SpanRecord | None], key: str) -> Any:
+    for record in records:
+        if record is not None and key in record.attributes:
+            return record.attributes[key]
+    return None
+
+
+def _build_step(index: int, roles: Mapping[str, SpanRecord]) -> Step:
+    timestep = roles.get(sc.TIMESTEP)
+    act = roles.get(sc.AGENT_ACT)
+    env_step = roles.get(sc.ENV_STEP)
+    outcome_order = (env_step, act, timestep)
+
+    action = _MISSING
+    for record in outcome_order:
+        if record is not None:
+            action = _content(record, sc.ACTION, _MISSING)
+            if action is not _MISSING:
+                break
+    info = None
+    for record in outcome_order:
+        if record is not None:
+            info = _content(record, sc.INFO, _MISSING)
+            if info is not _MISSING:
+                break
+            info = None
+
+    reward = _first(outcome_order, sc.REWARD)
+    terminated = _first(outcome_order, sc.TERMINATED)
+    truncated = _first(outcome_order, sc.TRUNCATED)
+    if terminated is None and truncated is None:
+        terminated = bool(_first(outcome_order, sc.DONE))
+    discount = _first(outcome_order, sc.DISCOUNT)
+    span = timestep or act or env_step
+    assert span is not None
+    ends = [r.end_time for r in (timestep, act, env_step) if r is not None and r.end_time]
+    return Step(
+        index=index,
+        action=None if action is _MISSING else action,
+        reward=None if reward is None else float(reward),
+        terminated=bool(terminated),
+        truncated=bool(truncated),
+        discount=None if discount is None else float(discount),
+        info=info,
+        start_time=timestep.start_time
+        if timestep
+        else min(r.start_time for r in (act, env_step) if r is not None),
+        end_time=timestep.end_time if timestep else (max(ends) if ends else None),
+    )
+
+
+def _align_observations(
+    steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecord]], reset: SpanRecord | None
+) -> None:
+    """Step i acts on what agent.act/timestep saw, else what step i-1 (or reset) returned."""
+    previous_returned = _content(reset, sc.OBSERVATION, None) if reset else None
+    previous_index = -1
+    for step in steps:
+        roles = parts[step.index]
+        seen = _MISSING
+        for role in (sc.AGENT_ACT, sc.TIMESTEP):
+            record = roles.get(role)
+            if record is not None:
+                seen = _content(record, sc.OBSERVATION, _MISSING)
+                if seen is not _MISSING:
+                    break
+        if seen is _MISSING:
+            seen = previous_returned if step.index == previous_index + 1 else None
+        step.observation = seen
+        env_step = roles.get(sc.ENV_STEP)
+        previous_returned = _content(env_step, sc.OBSERVATION, None) if env_step else None
+        previous_index = step.index
+
+
+def _genai_operation(record: SpanRecord) -> str | None:
+    operation = record.attributes.get(sc.GEN_AI_OPERATION_NAME)
+    if isinstance(operation, str):
+        return operation
+    name = record.name
+    if name.startswith(sc.GEN_AI_OPERATION_EXECUTE_TOOL + " "):
+        return sc.GEN_AI_OPERATION_EXECUTE_TOOL
+    if name.startswith(sc.GEN_AI_OPERATION_CHAT + " "):
+        return sc.GEN_AI_OPERATION_CHAT
+    return None
+
+
+def _step_index_of(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> int | None:
+    """Index of the nearest ancestor (or self) that carries rl.timestep.index."""
+    current: SpanRecord | None = record
+    hops = 0
+    while current is not None and hops < 256:
+        index = current.attributes.get(sc.TIMESTEP_INDEX)
+        if current.name in _STEP_ROLES and isinstance(index, int):
+            return index
+        if not current.parent_span_id:
+            break
+        current = by_span_id.get(current.parent_span_id)
+        hops += 1
+    index = record.attributes.get(sc.TIMESTEP_INDEX)
+    return index if isinstance(index, int) else None
+
+
+def _attach_genai_calls(
+    steps: list[Step], genai: list[SpanRecord], by_span_id: Mapping[int, SpanRecord]
+) -> None:
+    if not genai:
+        return
+    by_index = {step.index: step for step in steps}
+    for record in sorted(genai, key=lambda r: r.start_time):
+        step = by_index.get(_step_index_of(record, by_span_id))  # type: ignore[arg-type]
+        if step is None:
+            continue
+        if _genai_operation(record) == sc.GEN_AI_OPERATION_EXECUTE_TOOL:
+            step.tool_calls.append(_tool_call(record))
+        else:
+            step.llm_calls.append(_llm_call(record))
+
+
+_LLM_FIELDS = frozenset(
+    {
+        sc.EPISODE_ID,
+        sc.TIMESTEP_INDEX,
+        sc.GEN_AI_OPERATION_NAME,
+        sc.GEN_AI_REQUEST_MODEL,
+        sc.GEN_AI_RESPONSE_MODEL,
+        sc.GEN_AI_PROVIDER_NAME,
+        sc.GEN_AI_SYSTEM,
+        sc.GEN_AI_INPUT_MESSAGES,
+        sc.GEN_AI_OUTPUT_MESSAGES,
+        sc.GEN_AI_RESPONSE_FINISH_REASONS,
+        sc.GEN_AI_USAGE_INPUT_TOKENS,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS,
+    }
+)
+
+
+def _error_text(record: SpanRecord) -> str | None:
+    if record.status_code != "ERROR":
+        return None
+    for event in record.events:
+        if event.name == sc.EXCEPTION_EVENT:
+            kind = event.attributes.get(sc.EXCEPTION_TYPE)
+            message = event.attributes.get(sc.EXCEPTION_MESSAGE)
+            return f"{kind}: {message}" if kind else str(message)
+    return record.status_message or "error"
+
+
+def _llm_call(record: SpanRecord) -> LLMCall:
+    attrs = record.attributes
+    finish = attrs.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)
+    return LLMCall(
+        name=record.name,
+        model=attrs.get(sc.GEN_AI_RESPONSE_MODEL) or attrs.get(sc.GEN_AI_REQUEST_MODEL),
+        provider=attrs.get(sc.GEN_AI_PROVIDER_NAME) or attrs.get(sc.GEN_AI_SYSTEM),
+        input_messages=_content(record, sc.GEN_AI_INPUT_MESSAGES, None),
+        output_messages=_content(record, sc.GEN_AI_OUTPUT_MESSAGES, None),
+        finish_reasons=None if finish is None else [str(f) for f in finish],
+        input_tokens=attrs.get(sc.GEN_AI_USAGE_INPUT_TOKENS),
+        output_tokens=attrs.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS),
+        start_time=record.start_time,
+        end_time=record.end_time,
+        error=_error_text(record),
+        attributes={
+            k: _plain(v)
+            for k, v in attrs.items()
+            if k not in _LLM_FIELDS and k.startswith("gen_ai.")
+        },
+    )
+
+
+def _tool_call(record: SpanRecord) -> ToolCall:
+    attrs = record.attributes
+    name = attrs.get(sc.GEN_AI_TOOL_NAME) or record.name.partition(" ")[2] or record.name
+    return ToolCall(
+        name=str(name),
+        call_id=attrs.get(sc.GEN_AI_TOOL_CALL_ID),
+        arguments=_content(record, sc.GEN_AI_TOOL_CALL_ARGUMENTS, None),
+        result=_content(record, sc.GEN_AI_TOOL_CALL_RESULT, None),
+        start_time=record.start_time,
+        end_time=record.end_time,
+        error=_error_text(record),
+    )
+
+
+def _episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:
+    if episode_span is None:
+        return None
+    for event in reversed(episode_span.events):
+        if event.name == sc.EXCEPTION_EVENT:
+            attrs = event.attributes
+            return EpisodeError(
+                type=attrs.get(sc.EXCEPTION_TYPE),
+                message=attrs.get(sc.EXCEPTION_MESSAGE),
+                stack=attrs.get(sc.EXCEPTION_STACKTRACE),
+            )
+    if episode_span.status_code == "ERROR":
+        return EpisodeError(type=None, message=episode_span.status_message)
+    return None
+
+
+def _derived_status(episode_span: SpanRecord, last: Step | None) -> str:
+    """Status of an episode span that did not say (written by another tool)."""
+    if episode_span.status_code == "ERROR":
+        return sc.STATUS_ERRORED
+    if last is not None and last.truncated and not last.terminated:
+        return sc.STATUS_TRUNCATED
+    if last is None or last.terminated:
+        return sc.STATUS_COMPLETED
+    return sc.STATUS_TRUNCATED
