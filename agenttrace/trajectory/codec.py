@@ -223,14 +223,19 @@ _dump = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", "
 def dumps(value: Any, *, redact_secrets: bool = False) -> str:
     """``encode`` then compact JSON text. Never raises for odd values."""
     cls = type(value)
-    if cls is np.ndarray and value.dtype.kind == "f" and value.size <= 64 and value.ndim == 1:
+    if (
+        cls is np.ndarray
+        and value.dtype.kind == "f"
+        and value.size <= 64
+        and value.ndim == 1
+        and np.isfinite(value).all()
+    ):
         # Hot path: small float vectors (most RL observations).
-        if np.isfinite(value).all():
-            return '{"$ndarray":{"dtype":"%s","shape":[%d],"data":%s}}' % (
-                value.dtype.str,
-                value.shape[0],
-                _dump(value.tolist()),
-            )
+        return '{"$ndarray":{"dtype":"%s","shape":[%d],"data":%s}}' % (
+            value.dtype.str,
+            value.shape[0],
+            _dump(value.tolist()),
+        )
     return _dump(encode(value, redact_secrets=redact_secrets))
 
 
@@ -356,7 +361,7 @@ def values_equal(a: Any, b: Any) -> bool:
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
         if a.dtype.kind == "O":
-            return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel()))
+            return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel(), strict=True))
         return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return type(a) is type(b)
@@ -366,7 +371,7 @@ def values_equal(a: Any, b: Any) -> bool:
         return (
             type(a) is type(b)
             and len(a) == len(b)
-            and all(values_equal(x, y) for x, y in zip(a, b))
+            and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
         )
     if type(a) is not type(b) and not (_is_number(a) and _is_number(b)):
         return False

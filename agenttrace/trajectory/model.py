@@ -17,6 +17,8 @@ from typing import Any
 
 from agenttrace.trajectory.codec import decode, encode, values_equal
 
+_dump_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
 SCHEMA = "agenttrace.trajectory/1"
 SCHEMA_NAME, _, _SCHEMA_VERSION = SCHEMA.partition("/")
 SCHEMA_VERSION = int(_SCHEMA_VERSION)
