@@ -1,1 +1,87 @@
-"""agenttrace: OpenTelemetry for agent episodes."""
+"""agenttrace: OpenTelemetry for agent episodes.
+
+One instrumentation, two products: ``episode > timestep > env.step`` spans for Jaeger and
+Grafana, and the full trajectories (observations, actions, rewards, termination, LLM calls)
+rebuilt from those spans for training::
+
+    import agenttrace as at
+
+    with at.episode(task_id="cartpole", env=env) as ep:
+        with at.env_reset() as reset:
+            obs, info = reset.record_result(env.reset(seed=0))
+        done = False
+        while not done:
+            with at.timestep():
+                with at.agent_act() as act:
+                    action = policy(obs)
+                    act.record(observation=obs, action=action)
+                with at.env_step() as step:
+                    obs, reward, terminated, truncated, info = step.record_result(env.step(action))
+            done = terminated or truncated
+"""
+
+from agenttrace._version import __version__
+from agenttrace.config import ConfigError
+from agenttrace.instrument.extractors import StepResult, extract_step
+from agenttrace.instrument.spans import (
+    agent_act,
+    current_episode_id,
+    env_closed,
+    env_reset,
+    env_step,
+    episode,
+    llm_call,
+    timestep,
+)
+from agenttrace.pipeline import AgentTrace, configure, force_flush, get_default, shutdown
+from agenttrace.processing.span_export import LosslessSpanProcessor, OtlpJsonFileSpanExporter
+from agenttrace.processing.trajectory_processor import TrajectoryProcessor
+from agenttrace.trajectory import (
+    EpisodeError,
+    LLMCall,
+    SpanRecord,
+    Step,
+    ToolCall,
+    Trajectory,
+    TrajectoryFormatError,
+    UnserializableValueWarning,
+    assemble,
+    build_trajectory,
+)
+
+__all__ = (
+    # tracing API
+    "agent_act",
+    "current_episode_id",
+    "env_closed",
+    "env_reset",
+    "env_step",
+    "episode",
+    "extract_step",
+    "llm_call",
+    "timestep",
+    "StepResult",
+    # setup
+    "AgentTrace",
+    "ConfigError",
+    "configure",
+    "force_flush",
+    "get_default",
+    "shutdown",
+    # processing
+    "LosslessSpanProcessor",
+    "OtlpJsonFileSpanExporter",
+    "TrajectoryProcessor",
+    # trajectories
+    "EpisodeError",
+    "LLMCall",
+    "SpanRecord",
+    "Step",
+    "ToolCall",
+    "Trajectory",
+    "TrajectoryFormatError",
+    "UnserializableValueWarning",
+    "assemble",
+    "build_trajectory",
+    "__version__",
+)

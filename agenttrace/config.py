@@ -1,0 +1,263 @@
+"""Settings: one table, each option an argument and an ``AGENTTRACE_*`` environment variable.
+
+Resolution order: explicit argument > environment variable > default. A bad value raises
+:class:`ConfigError` naming the setting and where the value came from. The standard
+``OTEL_*`` variables keep their meaning (service name, OTLP endpoint and headers, ...); the
+table in docs/configuration.md is generated from ``SETTINGS`` by a test, so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting has a value agenttrace cannot use."""
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip().lower() for part in text.split(",") if part.strip())
+
+
+def _parse_callable(text: str) -> Callable[..., Any]:
+    module_name, _, attr = text.partition(":")
+    if not module_name or not attr:
+        raise ValueError("expected an import path like 'package.module:function'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{text} is not callable")
+    return obj
+
+
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    return parse
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    env: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+
+SINK_CHOICES = ("jsonl", "parquet", "jsondir", "otlp")
+SPAN_EXPORT_CHOICES = ("file", "otlp", "none")
+CONTENT_CHOICES = ("full", "none")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "enabled",
+        "AGENTTRACE_ENABLED",
+        _parse_bool,
+        True,
+        "Master switch. When false no spans are made and nothing is written.",
+    ),
+    Setting(
+        "out",
+        "AGENTTRACE_OUT",
+        str,
+        "agenttrace_runs",
+        "Folder under which each run gets its own run folder.",
+    ),
+    Setting(
+        "run_name",
+        "AGENTTRACE_RUN_NAME",
+        str,
+        None,
+        "Name of the run folder (default: run-<UTC time>-<pid>). Made safe for a file name.",
+    ),
+    Setting(
+        "sinks",
+        "AGENTTRACE_SINKS",
+        _parse_list,
+        ("jsonl",),
+        "Where trajectories go, comma-separated.",
+        SINK_CHOICES,
+    ),
+    Setting(
+        "spans",
+        "AGENTTRACE_SPANS",
+        _parse_list,
+        None,
+        "Where spans go, comma-separated. Default: file, plus otlp when an "
+        "OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set and agenttrace owns the provider.",
+        SPAN_EXPORT_CHOICES,
+    ),
+    Setting(
+        "content",
+        "AGENTTRACE_CONTENT",
+        str,
+        "full",
+        "Content policy for observations, actions, info and LLM messages in spans: "
+        "full or none (rewards and termination are always recorded).",
+        CONTENT_CHOICES,
+    ),
+    Setting(
+        "redact",
+        "AGENTTRACE_REDACT",
+        _parse_callable,
+        None,
+        "Import path of a function (key, value) -> value that scrubs content before it "
+        "is recorded.",
+    ),
+    Setting(
+        "service_name",
+        "AGENTTRACE_SERVICE_NAME",
+        str,
+        None,
+        "service.name of agenttrace's own TracerProvider (else OTEL_SERVICE_NAME, else "
+        "'agenttrace').",
+    ),
+    Setting(
+        "max_open_episodes",
+        "AGENTTRACE_MAX_OPEN_EPISODES",
+        _positive(int),
+        10_000,
+        "Episodes held open at once; more are counted as dropped, never silently.",
+    ),
+    Setting(
+        "max_spans_per_episode",
+        "AGENTTRACE_MAX_SPANS_PER_EPISODE",
+        _positive(int),
+        50_000,
+        "Spans kept per episode; more are counted and the trajectory is marked incomplete.",
+    ),
+    Setting(
+        "idle_timeout",
+        "AGENTTRACE_IDLE_TIMEOUT",
+        _positive(float),
+        600.0,
+        "Seconds without a new span after which an episode that never ended is written "
+        "as incomplete.",
+    ),
+    Setting(
+        "queue_size",
+        "AGENTTRACE_QUEUE_SIZE",
+        _positive(int),
+        65_536,
+        "Capacity of each background queue (finished episodes, spans to export).",
+    ),
+    Setting(
+        "block_timeout",
+        "AGENTTRACE_BLOCK_TIMEOUT",
+        _positive(float),
+        30.0,
+        "Seconds a caller waits for room in a full queue before an item is dropped (and counted).",
+    ),
+    Setting(
+        "jsonl_max_bytes",
+        "AGENTTRACE_JSONL_MAX_BYTES",
+        _positive(int),
+        256 * 1024 * 1024,
+        "Size at which trajectory and span JSONL files rotate to a new part.",
+    ),
+)
+_BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool
+    out: str
+    run_name: str | None
+    sinks: tuple[str, ...]
+    spans: tuple[str, ...] | None
+    content: str
+    redact: Callable[[str, Any], Any] | None
+    service_name: str | None
+    max_open_episodes: int
+    max_spans_per_episode: int
+    idle_timeout: float
+    queue_size: int
+    block_timeout: float
+    jsonl_max_bytes: int
+
+
+def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settings:
+    """Settings from explicit values (None = not given), then the environment, then defaults."""
+    environ = os.environ if environ is None else environ
+    unknown = set(explicit) - set(_BY_NAME)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        given = explicit.get(setting.name)
+        if given is not None:
+            value = _check_explicit(setting, given)
+        elif environ.get(setting.env, "").strip():
+            raw = environ[setting.env]
+            try:
+                value = setting.parse(raw)
+            except Exception as exc:
+                raise ConfigError(
+                    f"{setting.env}={raw!r} is not a valid value for {setting.name}: {exc}"
+                ) from exc
+            _check_choices(setting, value, f"{setting.env}={raw!r}")
+        else:
+            value = setting.default
+        values[setting.name] = value
+    assert {f.name for f in fields(Settings)} == set(values)
+    return Settings(**values)
+
+
+def _check_explicit(setting: Setting, value: Any) -> Any:
+    if isinstance(value, str) and setting.parse is not str:
+        try:
+            value = setting.parse(value)
+        except Exception as exc:
+            raise ConfigError(f"{setting.name}={value!r}: {exc}") from exc
+    elif isinstance(value, (list, tuple)) and setting.parse is _parse_list:
+        value = tuple(str(v).strip().lower() for v in value)
+    elif setting.name in ("redact",) and not callable(value):
+        raise ConfigError(f"{setting.name} must be callable, got {type(value).__name__}")
+    elif isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{setting.name} must be a positive number, got {value!r}")
+    _check_choices(setting, value, f"{setting.name}={value!r}")
+    return value
+
+
+def _check_choices(setting: Setting, value: Any, where: str) -> None:
+    if not setting.choices:
+        return
+    items = value if isinstance(value, tuple) else (value,)
+    bad = [item for item in items if item not in setting.choices]
+    if bad:
+        raise ConfigError(
+            f"{where}: unknown {setting.name} {', '.join(map(repr, bad))}; "
+            f"choose from {', '.join(setting.choices)}"
+        )
+
+
+def settings_table_markdown() -> str:
+    """The configuration reference table (docs/configuration.md embeds it)."""
+    lines = ["| argument | environment variable | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = ",".join(s.default) if isinstance(s.default, tuple) else s.default
+        choices = f" Choices: {', '.join(s.choices)}." if s.choices else ""
+        lines.append(f"| `{s.name}` | `{s.env}` | `{default}` | {s.help}{choices} |")
+    return "\n".join(lines)

@@ -1,0 +1,163 @@
+"""Read reward, termination and observation out of what environments return.
+
+Built-in shapes (``extract_step`` tries them in this order):
+
+* gymnasium ``(obs, reward, terminated, truncated, info)``;
+* old gym ``(obs, reward, done, info)`` and ``(obs, reward, done)``;
+* dm_env / ARES ``TimeStep(step_type, reward, discount, observation)``: LAST with discount 0
+  is terminated, LAST with any other discount is truncated;
+* dicts with ``reward`` and ``terminated``/``truncated``/``done``;
+* objects with ``reward`` and ``done`` attributes (e.g. a runner's ``TimeStep(chats, reward,
+  done, ...)``).
+
+Anything else is not a step result (``None``): the value is then just recorded as content.
+Named extractors (``EXTRACTORS``) let auto-instrumentation targets pick one explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_UNSET: Any = object()
+
+
+@dataclass
+class StepResult:
+    """What an environment step produced; ``_UNSET`` fields were not in the value."""
+
+    observation: Any = _UNSET
+    reward: Any = None
+    terminated: bool | None = None
+    truncated: bool | None = None
+    discount: float | None = None
+    info: Any = _UNSET
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) or (
+        hasattr(value, "dtype") and getattr(value, "shape", None) == ()
+    )
+
+
+def _is_flag(value: Any) -> bool:
+    return isinstance(value, bool) or (
+        hasattr(value, "dtype") and getattr(value, "dtype", None) == bool  # noqa: E721
+    )
+
+
+def from_gymnasium(result: Any) -> StepResult | None:
+    if isinstance(result, tuple) and len(result) == 5:
+        obs, reward, terminated, truncated, info = result
+        if _is_number(reward) and _is_flag(terminated) and _is_flag(truncated):
+            return StepResult(obs, reward, bool(terminated), bool(truncated), None, info)
+    return None
+
+
+def from_done_tuple(result: Any) -> StepResult | None:
+    """``(obs, reward, done)`` and old gym's ``(obs, reward, done, info)``."""
+    if isinstance(result, tuple) and len(result) in (3, 4):
+        obs, reward, done = result[:3]
+        if _is_number(reward) and _is_flag(done):
+            info = result[3] if len(result) == 4 else _UNSET
+            return StepResult(obs, reward, bool(done), False, None, info)
+    return None
+
+
+def _step_type_name(step_type: Any) -> str:
+    name = getattr(step_type, "name", None)
+    if isinstance(name, str):
+        return name.upper()
+    return {0: "FIRST", 1: "MID", 2: "LAST"}.get(int(step_type), "MID")
+
+
+def from_dm_env(result: Any) -> StepResult | None:
+    step_type = getattr(result, "step_type", None)
+    if step_type is None or not hasattr(result, "observation"):
+        return None
+    try:
+        kind = _step_type_name(step_type)
+    except (TypeError, ValueError):
+        return None
+    discount = getattr(result, "discount", None)
+    last = kind == "LAST"
+    terminated = last and discount is not None and float(discount) == 0.0
+    truncated = last and not terminated
+    reward = getattr(result, "reward", None)
+    return StepResult(
+        result.observation,
+        reward,
+        terminated,
+        truncated,
+        None if discount is None else float(discount),
+    )
+
+
+def from_mapping(result: Any) -> StepResult | None:
+    if not isinstance(result, Mapping) or "reward" not in result:
+        return None
+    if not any(key in result for key in ("terminated", "truncated", "done")):
+        return None
+    terminated = result.get("terminated")
+    truncated = result.get("truncated")
+    if terminated is None and truncated is None:
+        terminated = result.get("done")
+    return StepResult(
+        result.get("observation", result.get("obs", _UNSET)),
+        result["reward"],
+        None if terminated is None else bool(terminated),
+        None if truncated is None else bool(truncated),
+        result.get("discount"),
+        result.get("info", _UNSET),
+    )
+
+
+def from_reward_done_object(result: Any) -> StepResult | None:
+    if isinstance(result, (tuple, Mapping)) or not hasattr(result, "reward"):
+        return None
+    if not hasattr(result, "done") and not hasattr(result, "terminated"):
+        return None
+    terminated = getattr(result, "terminated", None)
+    truncated = getattr(result, "truncated", None)
+    if terminated is None and truncated is None:
+        terminated = getattr(result, "done", None)
+    return StepResult(
+        getattr(result, "observation", _UNSET),
+        result.reward,
+        None if terminated is None else bool(terminated),
+        None if truncated is None else bool(truncated),
+        getattr(result, "discount", None),
+        getattr(result, "info", _UNSET),
+    )
+
+
+_AUTO = (from_gymnasium, from_dm_env, from_done_tuple, from_mapping, from_reward_done_object)
+
+
+def extract_step(result: Any) -> StepResult | None:
+    """The step result in ``result``, whatever built-in shape it has; None if none fits."""
+    for extractor in _AUTO:
+        found = extractor(result)
+        if found is not None:
+            return found
+    return None
+
+
+def extract_reset(result: Any) -> tuple[Any, Any]:
+    """``(observation, info)`` from gymnasium ``(obs, info)``, dm_env FIRST, or a bare obs."""
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping):
+        return result[0], result[1]
+    if getattr(result, "step_type", None) is not None and hasattr(result, "observation"):
+        return result.observation, _UNSET
+    return result, _UNSET
+
+
+EXTRACTORS: dict[str, Callable[[Any], StepResult | None]] = {
+    "auto": extract_step,
+    "gymnasium": from_gymnasium,
+    "done_tuple": from_done_tuple,
+    "dm_env": from_dm_env,
+    "mapping": from_mapping,
+    "reward_done": from_reward_done_object,
+}

@@ -1,0 +1,1012 @@
+"""The tracing API: episode, env.reset, timestep, agent.act, env.step and LLM call spans.
+
+Each of :func:`episode`, :func:`env_reset`, :func:`timestep`, :func:`agent_act`,
+:func:`env_step` and :func:`llm_call` returns a single-use *scope* that is
+
+* a context manager (``with at.timestep() as step: ...``) yielding a handle with
+  ``record(...)`` helpers, and
+* a decorator (``@at.env_step`` or ``@at.env_step(extractor="dm_env")``) for sync and async
+  functions, generators and async generators. Decorated functions record their argument and
+  return value the way the role suggests (env.step: the action in, the step result out).
+
+Generators never hold a span's context across ``yield``: the context is attached on each
+resume and detached before control returns to the caller, so closing a generator early (or
+from another task) neither leaks the span into the caller nor detaches the wrong context.
+
+The user's exceptions pass through unchanged (and mark the span and the episode errored);
+``asyncio.CancelledError`` and ``KeyboardInterrupt`` mark the episode ``cancelled``. A failure
+inside agenttrace is logged and never reaches the user's code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import math
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from agenttrace import pipeline
+from agenttrace import semconv as sc
+from agenttrace._secrets import REDACTED, is_secret_name
+from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, extract_reset
+from agenttrace.trajectory import codec
+
+logger = logging.getLogger("agenttrace")
+
+_FRAME_KEY = otel_context.create_key("agenttrace.frame")
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message, *args)
+
+
+def _internal_error(where: str) -> None:
+    if where not in _warned:
+        _warned.add(where)
+        logger.exception("agenttrace: internal error in %s; your program goes on", where)
+
+
+class _EpisodeState:
+    """Per-episode bookkeeping shared by the episode's descendant spans."""
+
+    __slots__ = (
+        "done_flags",
+        "env_key",
+        "episode_id",
+        "handle",
+        "length",
+        "next_index",
+        "rewards",
+        "runtime",
+        "status",
+    )
+
+    def __init__(self, episode_id: str, runtime: pipeline.AgentTrace) -> None:
+        self.episode_id = episode_id
+        self.runtime = runtime
+        self.next_index = 0
+        self.length = 0
+        # Per step index: (priority of the recording role, value). The assembler prefers
+        # env.step over agent.act over timestep; so does this, so the return recorded on the
+        # episode span equals the sum of the rebuilt steps' rewards.
+        self.rewards: dict[int, tuple[int, float]] = {}
+        self.done_flags: dict[int, tuple[int, bool, bool]] = {}
+        self.status: str | None = None
+        self.env_key: int | None = None
+        self.handle: EpisodeScope | None = None
+
+    @property
+    def return_(self) -> float:
+        return float(sum(reward for _, reward in self.rewards.values()))
+
+    def last_step_flags(self) -> tuple[bool, bool]:
+        """(terminated, truncated) of the episode's last step."""
+        flags = self.done_flags.get(self.length - 1)
+        return (flags[1], flags[2]) if flags else (False, False)
+
+
+class _Frame:
+    """What child spans need from the context: the episode and the current step index."""
+
+    __slots__ = ("episode", "index")
+
+    def __init__(self, episode: _EpisodeState | None, index: int | None) -> None:
+        self.episode = episode
+        self.index = index
+
+
+def current_episode_id() -> str | None:
+    """Id of the episode the current context belongs to (None outside episodes)."""
+    frame = otel_context.get_value(_FRAME_KEY)
+    if isinstance(frame, _Frame) and frame.episode is not None:
+        return frame.episode.episode_id
+    return None
+
+
+# --- the scope: one span, usable as context manager and as decorator -------------------------
+
+
+class _Scope:
+    """One span of a given role. Subclasses decide name, attributes and what gets recorded."""
+
+    role: str = ""
+    kind = SpanKind.INTERNAL
+
+    def __init__(
+        self,
+        attributes: dict[str, Any] | None = None,
+        *,
+        tracer_provider: Any = None,
+        runtime: pipeline.AgentTrace | None = None,
+    ) -> None:
+        self._attributes = _safe_attributes(attributes) if attributes else {}
+        self._tracer_provider = tracer_provider
+        self._runtime = runtime
+        self._span: Span | None = None
+        self._context: otel_context.Context | None = None
+        self._token: object | None = None
+        self._frame: _Frame | None = None
+        self._ended = False
+
+    # configuration copied into each call of a decorated function
+    def _clone(self) -> _Scope:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone._span = clone._context = clone._token = clone._frame = None
+        clone._ended = False
+        return clone
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def _resolve_runtime(self) -> pipeline.AgentTrace:
+        if self._runtime is None:
+            self._runtime = pipeline.get_default()
+        return self._runtime
+
+    def _tracer(self, runtime: pipeline.AgentTrace) -> trace.Tracer:
+        if self._tracer_provider is not None:
+            return self._tracer_provider.get_tracer("agenttrace")
+        return runtime.tracer
+
+    def start(self) -> _Scope:
+        """Start the span without making it current (see ``activate``)."""
+        if self._span is not None:
+            return self
+        try:
+            runtime = self._resolve_runtime()
+            if not runtime.enabled:
+                return self
+            parent = otel_context.get_current()
+            frame = parent.get(_FRAME_KEY)
+            attributes = dict(self._attributes)
+            frame = self._prepare(runtime, frame if isinstance(frame, _Frame) else None, attributes)
+            self._frame = frame
+            if frame is not None and frame.episode is not None:
+                attributes[sc.EPISODE_ID] = frame.episode.episode_id
+            span = self._tracer(runtime).start_span(
+                self._span_name(), context=parent, kind=self.kind, attributes=attributes
+            )
+            ctx = trace.set_span_in_context(span, parent)
+            if frame is not None:
+                ctx = otel_context.set_value(_FRAME_KEY, frame, ctx)
+            self._span, self._context = span, ctx
+            self._started()
+        except Exception:
+            _internal_error(f"starting a {self.role} span")
+        return self
+
+    def _attach(self) -> None:
+        if self._context is not None:
+            self._token = otel_context.attach(self._context)
+
+    def _detach(self) -> None:
+        token, self._token = self._token, None
+        if token is not None:
+            otel_context.detach(token)
+
+    def end(self, exc: BaseException | None = None) -> None:
+        """End the span; ``exc`` is the exception that ended the block, if any."""
+        if self._ended or self._span is None:
+            self._ended = True
+            return
+        self._ended = True
+        span = self._span
+        try:
+            if exc is not None and isinstance(exc, Exception) and not _is_cancel(exc):
+                span.record_exception(exc, escaped=True)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            self._finishing(exc)
+        except Exception:
+            _internal_error(f"ending a {self.role} span")
+        finally:
+            span.end()
+
+    def __enter__(self) -> _Scope:
+        self.start()
+        self._attach()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self._detach()
+        self.end(exc)
+
+    async def __aenter__(self) -> _Scope:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # --- hooks for subclasses -------------------------------------------------------------
+
+    def _span_name(self) -> str:
+        return self.role
+
+    def _prepare(
+        self, runtime: pipeline.AgentTrace, frame: _Frame | None, attributes: dict[str, Any]
+    ) -> _Frame | None:
+        """Set role-specific start attributes; return the frame children will see."""
+        return frame
+
+    def _started(self) -> None:
+        pass
+
+    def _finishing(self, exc: BaseException | None) -> None:
+        pass
+
+    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+        """Record what the decorated call was given."""
+
+    def _on_return(self, result: Any) -> None:
+        """Record what the decorated call returned."""
+
+    # --- handle API -----------------------------------------------------------------------
+
+    @property
+    def span(self) -> Span:
+        """The OpenTelemetry span (a non-recording one when tracing is off)."""
+        return self._span if self._span is not None else trace.INVALID_SPAN
+
+    @property
+    def episode_id(self) -> str | None:
+        frame = self._frame
+        return frame.episode.episode_id if frame and frame.episode else None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self._span is not None and not is_secret_name(key):
+            self._span.set_attribute(key, value)
+
+    def _content(self, key: str, value: Any) -> str | None:
+        """JSON text for a content attribute, after the content policy and redaction."""
+        runtime = self._runtime
+        if runtime is None or not runtime.capture_content:
+            return None
+        if runtime.redact is not None:
+            try:
+                value = runtime.redact(key, value)
+            except Exception:
+                _internal_error("the redact hook (content withheld)")
+                return codec.dumps(REDACTED)
+        return codec.dumps(value, redact_secrets=True)
+
+    # --- decorator ------------------------------------------------------------------------
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        if self._span is not None:
+            raise TypeError("this scope already started; use a fresh one as a decorator")
+        try:
+            signature: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):
+            signature = None
+        template = self
+
+        def begin(args: tuple, kwargs: dict) -> _Scope:
+            scope = template._clone()
+            scope.start()
+            if scope._span is not None:
+                try:
+                    bound = signature.bind_partial(*args, **kwargs) if signature else None
+                    scope._on_call(bound)
+                except Exception:
+                    _internal_error(f"recording arguments of {func.__qualname__}")
+            return scope
+
+        def finish(scope: _Scope, result: Any) -> None:
+            if scope._span is not None:
+                try:
+                    scope._on_return(result)
+                except Exception:
+                    _internal_error(f"recording the result of {func.__qualname__}")
+
+        if inspect.isasyncgenfunction(func):
+            return functools.wraps(func)(_async_generator_wrapper(func, begin))
+        if inspect.isgeneratorfunction(func):
+            return functools.wraps(func)(_generator_wrapper(func, begin))
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                scope = begin(args, kwargs)
+                scope._attach()
+                try:
+                    result = await func(*args, **kwargs)
+                except BaseException as exc:
+                    scope._detach()
+                    scope.end(exc)
+                    raise
+                finish(scope, result)
+                scope._detach()
+                scope.end()
+                return result
+
+            return async_wrapper
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            scope = begin(args, kwargs)
+            scope._attach()
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as exc:
+                scope._detach()
+                scope.end(exc)
+                raise
+            finish(scope, result)
+            scope._detach()
+            scope.end()
+            return result
+
+        return wrapper
+
+
+def _is_cancel(exc: BaseException) -> bool:
+    return isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt))
+
+
+def _generator_wrapper(func: Callable[..., Any], begin: Callable) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        scope = begin(args, kwargs)
+        scope._attach()
+        try:
+            inner = func(*args, **kwargs)
+        finally:
+            scope._detach()
+        error: BaseException | None = None
+        try:
+            to_send: Any = None
+            throw: BaseException | None = None
+            while True:
+                scope._attach()
+                try:
+                    item = inner.throw(throw) if throw is not None else inner.send(to_send)
+                except StopIteration as stop:
+                    return stop.value
+                finally:
+                    scope._detach()
+                throw = None
+                try:
+                    to_send = yield item
+                except GeneratorExit:
+                    raise
+                except BaseException as exc:  # thrown in by the caller: pass it on inside
+                    throw = exc
+        except GeneratorExit:
+            inner.close()  # closed early: not an error
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            scope.end(error)
+
+    return wrapper
+
+
+def _async_generator_wrapper(func: Callable[..., Any], begin: Callable) -> Callable[..., Any]:
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        scope = begin(args, kwargs)
+        scope._attach()
+        try:
+            inner = func(*args, **kwargs)
+        finally:
+            scope._detach()
+        error: BaseException | None = None
+        try:
+            to_send: Any = None
+            throw: BaseException | None = None
+            while True:
+                scope._attach()
+                try:
+                    if throw is not None:
+                        item = await inner.athrow(throw)
+                    else:
+                        item = await inner.asend(to_send)
+                except StopAsyncIteration:
+                    return
+                finally:
+                    scope._detach()
+                throw = None
+                try:
+                    to_send = yield item
+                except GeneratorExit:
+                    raise
+                except BaseException as exc:
+                    throw = exc
+        except GeneratorExit:
+            await inner.aclose()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            scope.end(error)
+
+    return wrapper
+
+
+def _safe_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
+    """Drop attributes named like secrets; keep OTel-compatible values, JSON-encode others."""
+    clean: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if is_secret_name(key) or value is None:
+            continue
+        if isinstance(value, (str, bool, int, float)):
+            clean[key] = value
+        elif (
+            isinstance(value, (list, tuple))
+            and all(isinstance(v, (str, bool, int, float)) for v in value)
+            and len({type(v) for v in value}) <= 1
+        ):
+            clean[key] = tuple(value)
+        else:
+            clean[key] = codec.dumps(value, redact_secrets=True)
+    return clean
+
+
+def _first_argument(bound: inspect.BoundArguments | None, names: tuple[str, ...]) -> Any:
+    """The argument named one of ``names``, else the first positional one after self."""
+    if bound is None:
+        return _UNSET
+    arguments = bound.arguments
+    for name in names:
+        if name in arguments:
+            return arguments[name]
+    params = [p for p in bound.signature.parameters.values() if p.name not in ("self", "cls")]
+    for param in params:
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            return arguments.get(param.name, _UNSET)
+    return _UNSET
+
+
+# --- step-like scopes: record observation, action, reward, termination ----------------------
+
+
+class StepScope(_Scope):
+    """Handle of env.reset, timestep, agent.act and env.step spans."""
+
+    #: Rank of this role's reward/termination for the step (0: not part of a step).
+    _priority = 0
+
+    def __init__(
+        self,
+        index: int | None = None,
+        *,
+        extractor: str | Callable[[Any], Any] = "auto",
+        attributes: dict[str, Any] | None = None,
+        tracer_provider: Any = None,
+        runtime: pipeline.AgentTrace | None = None,
+    ) -> None:
+        super().__init__(attributes, tracer_provider=tracer_provider, runtime=runtime)
+        self._index = index
+        if isinstance(extractor, str):
+            if extractor not in EXTRACTORS:
+                raise ValueError(
+                    f"unknown extractor {extractor!r}; built-in: {', '.join(EXTRACTORS)}"
+                )
+            extractor = EXTRACTORS[extractor]
+        self._extractor = extractor
+
+    @property
+    def index(self) -> int | None:
+        return self._frame.index if self._frame is not None else None
+
+    def record(
+        self,
+        *,
+        observation: Any = _UNSET,
+        action: Any = _UNSET,
+        reward: Any = _UNSET,
+        terminated: Any = _UNSET,
+        truncated: Any = _UNSET,
+        done: Any = _UNSET,
+        discount: Any = _UNSET,
+        info: Any = _UNSET,
+    ) -> None:
+        """Record what this span saw; only the given fields are set."""
+        span = self._span
+        if span is None:
+            return
+        try:
+            attrs: dict[str, Any] = {}
+            for key, value in ((sc.OBSERVATION, observation), (sc.ACTION, action), (sc.INFO, info)):
+                if value is not _UNSET:
+                    text = self._content(key, value)
+                    if text is not None:
+                        attrs[key] = text
+            episode = self._frame.episode if self._frame else None
+            if reward is not _UNSET and reward is not None:
+                reward = float(reward)
+                if not math.isfinite(reward):
+                    _warn_once(
+                        f"nonfinite:{episode.episode_id if episode else ''}",
+                        "agenttrace: episode %s step %s has a non-finite reward (%r); it is "
+                        "recorded as is and makes the return %r too",
+                        episode.episode_id if episode else "?",
+                        self.index,
+                        reward,
+                        reward,
+                    )
+                attrs[sc.REWARD] = reward
+                index = self.index
+                if episode is not None and index is not None and self._priority:
+                    known = episode.rewards.get(index)
+                    if known is None or known[0] <= self._priority:
+                        episode.rewards[index] = (self._priority, reward)
+            if done is not _UNSET and terminated is _UNSET and truncated is _UNSET:
+                terminated, truncated = bool(done), False
+            for key, value in ((sc.TERMINATED, terminated), (sc.TRUNCATED, truncated)):
+                if value is not _UNSET and value is not None:
+                    attrs[key] = bool(value)
+            if sc.TERMINATED in attrs or sc.TRUNCATED in attrs:
+                term, trunc = attrs.get(sc.TERMINATED, False), attrs.get(sc.TRUNCATED, False)
+                attrs[sc.DONE] = term or trunc
+                index = self.index
+                if episode is not None and index is not None and self._priority:
+                    known = episode.done_flags.get(index)
+                    if known is None or known[0] <= self._priority:
+                        episode.done_flags[index] = (self._priority, term, trunc)
+            if discount is not _UNSET and discount is not None:
+                attrs[sc.DISCOUNT] = float(discount)
+            if attrs:
+                span.set_attributes(attrs)
+        except Exception:
+            _internal_error(f"recording on a {self.role} span")
+
+    def record_result(self, result: Any) -> Any:
+        """Record an environment step result of any built-in shape; returns it unchanged."""
+        if self._span is None:
+            return result
+        try:
+            found = self._extractor(result)
+        except Exception:
+            _internal_error("the step extractor")
+            found = None
+        if found is None:
+            self.record(observation=result)
+            return result
+        self.record(
+            observation=found.observation,
+            reward=found.reward,
+            terminated=found.terminated if found.terminated is not None else _UNSET,
+            truncated=found.truncated if found.truncated is not None else _UNSET,
+            discount=found.discount if found.discount is not None else _UNSET,
+            info=found.info,
+        )
+        return result
+
+    def _step_frame(self, frame: _Frame | None, index: int, attributes: dict[str, Any]) -> _Frame:
+        attributes[sc.TIMESTEP_INDEX] = index
+        return _Frame(frame.episode if frame else None, index)
+
+
+class EnvResetScope(StepScope):
+    role = sc.ENV_RESET
+
+    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+        if bound is not None and "seed" in bound.arguments:
+            seed = bound.arguments["seed"]
+            if isinstance(seed, int):
+                self.set_attribute(sc.EPISODE_SEED, seed)
+
+    def record_result(self, result: Any) -> Any:
+        observation, info = extract_reset(result)
+        self.record(observation=observation, info=info)
+        return result
+
+    def _on_return(self, result: Any) -> None:
+        self.record_result(result)
+
+
+class TimestepScope(StepScope):
+    role = sc.TIMESTEP
+    _priority = 1
+
+    def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
+        episode = frame.episode if frame else None
+        index = self._index
+        if index is None:
+            index = episode.next_index if episode else 0
+        if episode is not None:
+            episode.next_index = max(episode.next_index, index + 1)
+            episode.length = max(episode.length, index + 1)
+        return self._step_frame(frame, index, attributes)
+
+    def _on_return(self, result: Any) -> None:
+        if self._extractor(result) is not None:
+            self.record_result(result)
+
+
+class AgentActScope(StepScope):
+    role = sc.AGENT_ACT
+    _priority = 2
+
+    def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
+        index = self._index
+        if index is None:
+            if frame is not None and frame.index is not None:
+                index = frame.index
+            else:
+                index = frame.episode.next_index if frame and frame.episode else 0
+        return self._step_frame(frame, index, attributes)
+
+    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+        observation = _first_argument(bound, ("observation", "obs", "state", "messages"))
+        if observation is not _UNSET:
+            self.record(observation=observation)
+
+    def _on_return(self, result: Any) -> None:
+        self.record(action=result)
+
+
+class EnvStepScope(StepScope):
+    role = sc.ENV_STEP
+    _priority = 3
+
+    def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
+        episode = frame.episode if frame else None
+        index = self._index
+        in_timestep = frame is not None and frame.index is not None
+        if index is None:
+            index = frame.index if in_timestep else (episode.next_index if episode else 0)
+        if episode is not None and not in_timestep:
+            episode.next_index = max(episode.next_index, index + 1)
+            episode.length = max(episode.length, index + 1)
+        return self._step_frame(frame, index, attributes)
+
+    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+        action = _first_argument(bound, ("action", "actions", "act"))
+        if action is not _UNSET:
+            self.record(action=action)
+
+    def _on_return(self, result: Any) -> None:
+        self.record_result(result)
+
+
+# --- episode -------------------------------------------------------------------------------
+
+
+class EpisodeScope(_Scope):
+    """Handle of an episode span: id, running return and length, status and early ends."""
+
+    role = sc.EPISODE
+
+    def __init__(
+        self,
+        *,
+        episode_id: str | None = None,
+        task_id: str | None = None,
+        env: Any = None,
+        env_name: str | None = None,
+        agent_name: str | None = None,
+        policy_version: str | None = None,
+        seed: int | None = None,
+        attributes: dict[str, Any] | None = None,
+        tracer_provider: Any = None,
+        runtime: pipeline.AgentTrace | None = None,
+    ) -> None:
+        super().__init__(attributes, tracer_provider=tracer_provider, runtime=runtime)
+        self._episode_id = episode_id
+        self._env = env
+        for key, value in (
+            (sc.TASK_ID, task_id),
+            (sc.ENV_NAME, env_name),
+            (sc.AGENT_NAME, agent_name),
+            (sc.POLICY_VERSION, policy_version),
+            (sc.EPISODE_SEED, seed),
+        ):
+            if value is not None:
+                self._attributes[key] = value if isinstance(value, (int, float)) else str(value)
+        if env is not None and sc.ENV_NAME not in self._attributes:
+            name = _env_name(env)
+            if name:
+                self._attributes[sc.ENV_NAME] = name
+
+    def _clone(self) -> EpisodeScope:
+        clone = super()._clone()
+        assert isinstance(clone, EpisodeScope)
+        clone._episode_id = None  # each call of a decorated function is its own episode
+        return clone
+
+    def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
+        episode_id = self._episode_id or uuid.uuid4().hex
+        attributes[sc.EPISODE_ID] = episode_id
+        attributes.setdefault(sc.GEN_AI_CONVERSATION_ID, episode_id)
+        state = _EpisodeState(episode_id, runtime)
+        state.handle = self
+        return _Frame(state, None)
+
+    def _started(self) -> None:
+        if self._env is None or self._frame is None or self._frame.episode is None:
+            return
+        state = self._frame.episode
+        runtime = state.runtime
+        state.env_key = id(self._env)
+        with runtime.env_lock:
+            previous = runtime.open_episodes_by_env.get(state.env_key)
+            runtime.open_episodes_by_env[state.env_key] = state
+        if previous is not None and previous.handle is not None:
+            previous.handle.end_as(sc.STATUS_ABANDONED)
+
+    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+        if bound is None:
+            return
+        arguments = bound.arguments
+        for name, key in (("task_id", sc.TASK_ID), ("seed", sc.EPISODE_SEED)):
+            value = arguments.get(name)
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                self.set_attribute(key, value)
+
+    @property
+    def id(self) -> str | None:
+        return self.episode_id
+
+    @property
+    def return_(self) -> float:
+        frame = self._frame
+        return frame.episode.return_ if frame and frame.episode else 0.0
+
+    @property
+    def length(self) -> int:
+        frame = self._frame
+        return frame.episode.length if frame and frame.episode else 0
+
+    def set_status(self, status: str) -> None:
+        """Override the status the episode ends with (one of semconv.EPISODE_STATUSES)."""
+        if status not in sc.EPISODE_STATUSES or status == sc.STATUS_INCOMPLETE:
+            raise ValueError(
+                f"unknown episode status {status!r}; use one of "
+                f"{', '.join(s for s in sc.EPISODE_STATUSES if s != sc.STATUS_INCOMPLETE)}"
+            )
+        if self._frame is not None and self._frame.episode is not None:
+            self._frame.episode.status = status
+
+    def end_as(self, status: str, exc: BaseException | None = None) -> None:
+        """End the episode now with ``status`` (e.g. abandoned, aborted); later ends no-op."""
+        self.set_status(status)
+        self.end(exc)
+
+    def _finishing(self, exc: BaseException | None) -> None:
+        state = self._frame.episode if self._frame else None
+        if state is None or self._span is None:
+            return
+        if state.env_key is not None:
+            runtime = state.runtime
+            with runtime.env_lock:
+                if runtime.open_episodes_by_env.get(state.env_key) is state:
+                    del runtime.open_episodes_by_env[state.env_key]
+        status = state.status
+        if status is None:
+            if exc is not None and _is_cancel(exc):
+                status = sc.STATUS_CANCELLED
+            elif isinstance(exc, Exception):
+                status = sc.STATUS_ERRORED
+            else:
+                terminated, truncated = state.last_step_flags()
+                if terminated or state.length == 0:
+                    status = sc.STATUS_COMPLETED
+                else:
+                    status = sc.STATUS_TRUNCATED
+        if status == sc.STATUS_ERRORED and exc is None:
+            self._span.set_status(Status(StatusCode.ERROR, "episode errored"))
+        self._span.set_attributes(
+            {
+                sc.EPISODE_STATUS: status,
+                sc.EPISODE_RETURN: state.return_,
+                sc.EPISODE_LENGTH: state.length,
+            }
+        )
+
+
+def _env_name(env: Any) -> str | None:
+    spec = getattr(getattr(env, "unwrapped", env), "spec", None) or getattr(env, "spec", None)
+    name = getattr(spec, "id", None)
+    return name if isinstance(name, str) else None
+
+
+# --- LLM calls -------------------------------------------------------------------------------
+
+
+class LLMCallScope(_Scope):
+    """A GenAI ``chat {model}`` span inside a step."""
+
+    role = "llm"
+    kind = SpanKind.CLIENT
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        provider: str | None = None,
+        operation: str = sc.GEN_AI_OPERATION_CHAT,
+        attributes: dict[str, Any] | None = None,
+        tracer_provider: Any = None,
+        runtime: pipeline.AgentTrace | None = None,
+    ) -> None:
+        super().__init__(attributes, tracer_provider=tracer_provider, runtime=runtime)
+        self._model = model
+        self._operation = operation
+        self._attributes[sc.GEN_AI_OPERATION_NAME] = operation
+        if model:
+            self._attributes[sc.GEN_AI_REQUEST_MODEL] = model
+        if provider:
+            self._attributes[sc.GEN_AI_PROVIDER_NAME] = provider
+
+    def _span_name(self) -> str:
+        return sc.llm_span_name(self._model, self._operation)
+
+    def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
+        if frame is not None and frame.index is not None:
+            attributes[sc.TIMESTEP_INDEX] = frame.index
+        return frame
+
+    def record(
+        self,
+        *,
+        input_messages: Any = _UNSET,
+        output_messages: Any = _UNSET,
+        response_model: str | None = None,
+        finish_reasons: list[str] | tuple[str, ...] | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        response_id: str | None = None,
+    ) -> None:
+        """Record the request and response of the call (content follows the content policy)."""
+        span = self._span
+        if span is None:
+            return
+        try:
+            attrs: dict[str, Any] = {}
+            for key, value in (
+                (sc.GEN_AI_INPUT_MESSAGES, input_messages),
+                (sc.GEN_AI_OUTPUT_MESSAGES, output_messages),
+            ):
+                if value is not _UNSET:
+                    text = self._content(key, value)
+                    if text is not None:
+                        attrs[key] = text
+            if response_model:
+                attrs[sc.GEN_AI_RESPONSE_MODEL] = response_model
+            if finish_reasons is not None:
+                attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = tuple(str(r) for r in finish_reasons)
+            if input_tokens is not None:
+                attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = int(input_tokens)
+            if output_tokens is not None:
+                attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = int(output_tokens)
+            if response_id:
+                attrs[sc.GEN_AI_RESPONSE_ID] = response_id
+            if attrs:
+                span.set_attributes(attrs)
+        except Exception:
+            _internal_error("recording an LLM call")
+
+    def record_response(self, response: Any) -> Any:
+        """Record an OpenAI-style chat completion (object or dict); returns it unchanged."""
+        if self._span is None:
+            return response
+        try:
+            choices = _get(response, "choices") or []
+            messages, reasons = [], []
+            for choice in choices:
+                message = _get(choice, "message")
+                if message is not None:
+                    messages.append(_message_dict(message))
+                reason = _get(choice, "finish_reason")
+                if reason is not None:
+                    reasons.append(str(reason))
+            usage = _get(response, "usage")
+            self.record(
+                output_messages=messages if choices else _UNSET,
+                response_model=_get(response, "model"),
+                finish_reasons=reasons or None,
+                input_tokens=_get(usage, "prompt_tokens", _get(usage, "input_tokens")),
+                output_tokens=_get(usage, "completion_tokens", _get(usage, "output_tokens")),
+                response_id=_get(response, "id"),
+            )
+        except Exception:
+            _internal_error("recording an LLM response")
+        return response
+
+    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+        if bound is None:
+            return
+        arguments = dict(bound.arguments)
+        for param in bound.signature.parameters.values():
+            if param.kind is param.VAR_KEYWORD and param.name in arguments:
+                arguments.update(arguments.pop(param.name))
+        model = arguments.get("model")
+        if isinstance(model, str) and self._model is None:
+            self._model = model
+            self.set_attribute(sc.GEN_AI_REQUEST_MODEL, model)
+            self._span.update_name(self._span_name())  # type: ignore[union-attr]
+        messages = arguments.get("messages", arguments.get("prompt", _UNSET))
+        if messages is not _UNSET:
+            self.record(input_messages=messages)
+        for name in ("temperature", "top_p", "max_tokens", "seed"):
+            value = arguments.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.set_attribute(f"gen_ai.request.{name}", value)
+
+    def _on_return(self, result: Any) -> None:
+        if isinstance(result, str):
+            self.record(output_messages=[{"role": "assistant", "content": result}])
+        else:
+            self.record_response(result)
+
+
+def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _message_dict(message: Any) -> dict[str, Any]:
+    if isinstance(message, dict):
+        return message
+    dump = getattr(message, "model_dump", None)
+    if callable(dump):
+        data = dump(exclude_none=True)
+        if isinstance(data, dict):
+            return data
+    return {"role": _get(message, "role"), "content": _get(message, "content")}
+
+
+# --- public constructors ---------------------------------------------------------------------
+
+
+def _bare_or_configured(factory: Callable[..., _Scope], args: tuple, kwargs: dict) -> Any:
+    """Support ``@at.env_step`` as well as ``@at.env_step(...)`` and ``with at.env_step():``."""
+    if len(args) == 1 and not kwargs and callable(args[0]) and not isinstance(args[0], int):
+        return factory()(args[0])
+    return factory(*args, **kwargs)
+
+
+def episode(*args: Any, **kwargs: Any) -> Any:
+    """An ``episode`` span. Keywords: episode_id, task_id, env, env_name, agent_name,
+    policy_version, seed, attributes, tracer_provider."""
+    return _bare_or_configured(EpisodeScope, args, kwargs)
+
+
+def env_reset(*args: Any, **kwargs: Any) -> Any:
+    """An ``env.reset`` span; record the initial observation and info on it."""
+    return _bare_or_configured(EnvResetScope, args, kwargs)
+
+
+def timestep(*args: Any, **kwargs: Any) -> Any:
+    """A ``timestep`` span; the index counts up per episode unless given."""
+    return _bare_or_configured(TimestepScope, args, kwargs)
+
+
+def agent_act(*args: Any, **kwargs: Any) -> Any:
+    """An ``agent.act`` span: the observation the agent acted on and the action it chose."""
+    return _bare_or_configured(AgentActScope, args, kwargs)
+
+
+def env_step(*args: Any, **kwargs: Any) -> Any:
+    """An ``env.step`` span: the action in; observation, reward and termination out."""
+    return _bare_or_configured(EnvStepScope, args, kwargs)
+
+
+def llm_call(*args: Any, **kwargs: Any) -> Any:
+    """A GenAI ``chat {model}`` span. Keywords: model, provider, operation, attributes."""
+    if len(args) == 1 and not kwargs and callable(args[0]):
+        return LLMCallScope()(args[0])
+    return LLMCallScope(*args, **kwargs)
+
+
+def env_closed(env: Any) -> None:
+    """Tell agenttrace ``env`` was closed: an episode still open on it ends ``aborted``."""
+    runtime = pipeline.get_default()
+    with runtime.env_lock:
+        state = runtime.open_episodes_by_env.pop(id(env), None)
+    if state is not None and state.handle is not None:
+        state.handle.end_as(sc.STATUS_ABORTED)

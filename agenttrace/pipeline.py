@@ -1,0 +1,278 @@
+"""A configured pipeline: where spans come from and where spans and trajectories go.
+
+``configure()`` builds one :class:`AgentTrace` and makes it the default used by the tracing
+API; without a call, the first span configures from the environment. The TracerProvider is,
+in order: the one passed in; the global one when it is an SDK provider (agenttrace adds its
+processors to it and never replaces it); else a private provider that only agenttrace uses.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+from agenttrace import config
+from agenttrace._version import __version__
+from agenttrace.processing.span_export import LosslessSpanProcessor, OtlpJsonFileSpanExporter
+from agenttrace.processing.trajectory_processor import TrajectoryProcessor
+from agenttrace.sinks.base import Sink
+from agenttrace.sinks.files import safe_filename
+from agenttrace.trajectory.model import Trajectory
+
+logger = logging.getLogger("agenttrace")
+
+_OTLP_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+class AgentTrace:
+    """One run's tracing pipeline. Use :func:`configure` to make one."""
+
+    def __init__(
+        self,
+        settings: config.Settings,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        extra_sinks: Iterable[Sink | Callable[[Trajectory], None]] = (),
+    ) -> None:
+        self.settings = settings
+        self.enabled = settings.enabled
+        self.capture_content = settings.content != "none"
+        self.redact = settings.redact
+        self.run_dir: Path | None = None
+        self.span_processors: list[LosslessSpanProcessor] = []
+        self.trajectory_processor: TrajectoryProcessor | None = None
+        self._file_exporter: OtlpJsonFileSpanExporter | None = None
+        self._shut_down = False
+        self.provider, self.owns_provider = _choose_provider(tracer_provider, settings)
+        self.tracer = self.provider.get_tracer("agenttrace", __version__)
+        # Open episodes by environment, to mark them abandoned/aborted (see instrument.spans).
+        self.open_episodes_by_env: dict[int, Any] = {}
+        self.env_lock = threading.Lock()
+        if not self.enabled:
+            return
+        sinks = [*self._file_sinks(), *extra_sinks]
+        self.trajectory_processor = TrajectoryProcessor(
+            sinks,
+            max_open_episodes=settings.max_open_episodes,
+            max_spans_per_episode=settings.max_spans_per_episode,
+            idle_timeout=settings.idle_timeout,
+            queue_size=settings.queue_size,
+            block_timeout=settings.block_timeout,
+        )
+        self.provider.add_span_processor(self.trajectory_processor)
+        for processor in self._span_export_processors():
+            self.provider.add_span_processor(processor)
+            self.span_processors.append(processor)
+
+    # --- construction ---------------------------------------------------------------------
+
+    def _ensure_run_dir(self) -> Path:
+        if self.run_dir is None:
+            name = self.settings.run_name or _default_run_name()
+            self.run_dir = Path(self.settings.out) / safe_filename(name)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        return self.run_dir
+
+    def _file_sinks(self) -> list[Sink]:
+        sinks: list[Sink] = []
+        for kind in self.settings.sinks:
+            if kind == "jsonl":
+                from agenttrace.sinks.jsonl import JsonlSink
+
+                sinks.append(
+                    JsonlSink(self._ensure_run_dir(), max_bytes=self.settings.jsonl_max_bytes)
+                )
+            elif kind == "parquet":
+                from agenttrace.sinks.parquet import ParquetSink
+
+                sinks.append(ParquetSink(self._ensure_run_dir()))
+            elif kind == "jsondir":
+                from agenttrace.sinks.jsondir import JsonDirSink
+
+                sinks.append(JsonDirSink(self._ensure_run_dir() / "episodes"))
+            elif kind == "otlp":
+                from agenttrace.sinks.otlp_logs import OtlpLogSink
+
+                sinks.append(OtlpLogSink(resource=self.provider.resource))
+        return sinks
+
+    def _span_export_processors(self) -> list[LosslessSpanProcessor]:
+        targets = self.settings.spans
+        if targets is None:
+            targets = ("file",)
+            if self.owns_provider and any(os.environ.get(v) for v in _OTLP_ENDPOINT_VARS):
+                targets = ("file", "otlp")
+        processors = []
+        common = {
+            "max_queue": self.settings.queue_size,
+            "block_timeout": self.settings.block_timeout,
+        }
+        if "file" in targets:
+            self._file_exporter = OtlpJsonFileSpanExporter(
+                self._ensure_run_dir(), max_bytes=self.settings.jsonl_max_bytes
+            )
+            processors.append(LosslessSpanProcessor(self._file_exporter, **common))
+        if "otlp" in targets:
+            processors.append(LosslessSpanProcessor(_otlp_span_exporter(), **common))
+        return processors
+
+    # --- public -------------------------------------------------------------------------
+
+    @property
+    def trajectory_paths(self) -> list[Path]:
+        paths: list[Path] = []
+        if self.trajectory_processor is not None:
+            for sink in self.trajectory_processor.sinks:
+                paths.extend(getattr(sink, "paths", ()))
+        return paths
+
+    @property
+    def span_paths(self) -> list[Path]:
+        return self._file_exporter.paths if self._file_exporter is not None else []
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Write every finished episode and span so far; True when all made it in time."""
+        if not self.enabled or self._shut_down:
+            return True
+        ok = all(p.force_flush(timeout_millis) for p in self.span_processors)
+        assert self.trajectory_processor is not None
+        return self.trajectory_processor.force_flush(timeout_millis) and ok
+
+    def shutdown(self) -> None:
+        """Flush, write still-open episodes as incomplete, close files. Idempotent."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        if self.trajectory_processor is not None:
+            self.trajectory_processor.shutdown()
+        for processor in self.span_processors:
+            processor.shutdown()
+        if self.owns_provider:
+            self.provider.shutdown()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for the run summary, including every kind of loss."""
+        stats: dict[str, Any] = (
+            self.trajectory_processor.stats() if self.trajectory_processor else {}
+        )
+        stats["spans_dropped"] = sum(p.dropped for p in self.span_processors)
+        stats["spans_export_failed"] = sum(p.failed for p in self.span_processors)
+        stats["spans_exported"] = sum(p.exported for p in self.span_processors)
+        return stats
+
+
+def _default_run_name() -> str:
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"run-{now}-{os.getpid()}"
+
+
+def _choose_provider(
+    explicit: TracerProvider | None, settings: config.Settings
+) -> tuple[TracerProvider, bool]:
+    if explicit is not None:
+        if not isinstance(explicit, TracerProvider):
+            raise config.ConfigError(
+                "tracer_provider must be an opentelemetry.sdk.trace.TracerProvider "
+                f"(agenttrace adds span processors to it), got {type(explicit).__name__}"
+            )
+        return explicit, False
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        return current, False
+    service = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or "agenttrace"
+    resource = Resource.create({"service.name": service})
+    return TracerProvider(resource=resource, shutdown_on_exit=False), True
+
+
+def _otlp_span_exporter() -> Any:
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    )
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    elif protocol in ("http/protobuf", "http"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    else:
+        raise config.ConfigError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: agenttrace supports grpc and http/protobuf"
+        )
+    return OTLPSpanExporter()
+
+
+# --- the default instance -------------------------------------------------------------------
+
+_default: AgentTrace | None = None
+_default_lock = threading.Lock()
+
+
+def configure(
+    *,
+    tracer_provider: TracerProvider | None = None,
+    sinks: Iterable[str | Sink | Callable[[Trajectory], None]] | None = None,
+    **options: Any,
+) -> AgentTrace:
+    """Set up agenttrace and make it the default for the tracing API.
+
+    Every option (``out``, ``run_name``, ``content``, ... see docs/configuration.md) may be
+    given here or as its ``AGENTTRACE_*`` variable; arguments win. ``sinks`` mixes built-in
+    sink names (``"jsonl"``, ``"parquet"``, ``"jsondir"``, ``"otlp"``) with sink objects or
+    plain callables; given, it replaces ``AGENTTRACE_SINKS``. A previous default pipeline is
+    shut down first, so its files are complete.
+    """
+    global _default
+    extra: list[Sink | Callable[[Trajectory], None]] = []
+    if sinks is not None:
+        names = tuple(s for s in sinks if isinstance(s, str))
+        extra = [s for s in sinks if not isinstance(s, str)]
+        options["sinks"] = names
+    settings = config.resolve(**options)
+    with _default_lock:
+        previous, _default = _default, None
+    if previous is not None:
+        previous.shutdown()
+    instance = AgentTrace(settings, tracer_provider=tracer_provider, extra_sinks=extra)
+    with _default_lock:
+        _default = instance
+    return instance
+
+
+def get_default() -> AgentTrace:
+    """The default pipeline, configured from the environment on first use."""
+    instance = _default
+    if instance is not None:
+        return instance
+    with _default_lock:
+        if _default is None:
+            _set_default(AgentTrace(config.resolve()))
+        assert _default is not None
+        return _default
+
+
+def _set_default(instance: AgentTrace | None) -> None:
+    global _default
+    _default = instance
+
+
+def shutdown() -> None:
+    """Shut the default pipeline down (flush, write open episodes as incomplete)."""
+    global _default
+    with _default_lock:
+        instance, _default = _default, None
+    if instance is not None:
+        instance.shutdown()
+
+
+def force_flush(timeout_millis: int = 30_000) -> bool:
+    instance = _default
+    return instance.force_flush(timeout_millis) if instance is not None else True

@@ -1,0 +1,181 @@
+"""One daemon thread draining a bounded queue in batches (after the SDK's BatchProcessor).
+
+Unlike the SDK's batch processor, a full queue makes the producer *wait* (up to
+``block_timeout``) instead of evicting the oldest item, so an RL loop that outruns the writer
+is slowed down rather than losing data; only after the wait is an item dropped, and every drop
+is counted. ``put`` takes no lock on the fast path: ``deque.append`` is atomic in CPython.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+
+logger = logging.getLogger("agenttrace")
+
+
+class _FlushRequest:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class BackgroundWorker:
+    """Feeds items to ``handle_batch`` on a named daemon thread.
+
+    ``on_idle`` runs on the worker thread about every ``interval`` seconds (used to expire
+    idle episodes); ``on_flush`` runs on the worker thread after the queue is drained by a
+    flush, so sinks only ever see one thread.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        handle_batch: Callable[[list[Any]], None],
+        *,
+        max_queue: int,
+        max_batch: int = 512,
+        block_timeout: float = 30.0,
+        interval: float = 1.0,
+        on_flush: Callable[[], None] | None = None,
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._handle_batch = handle_batch
+        self._max_queue = max_queue
+        self._max_batch = max_batch
+        self._wake_at = max(1, min(max_batch, max_queue // 4))
+        self._block_timeout = block_timeout
+        self._interval = interval
+        self._on_flush = on_flush
+        self._on_idle = on_idle
+        self.dropped = 0
+        self.handled = 0
+        self.errors = 0
+        self._lock = threading.Lock()
+        self._start()
+        if hasattr(os, "register_at_fork"):
+            ref = weakref.WeakMethod(self._start)
+            os.register_at_fork(after_in_child=lambda: (m := ref()) and m())
+
+    def _start(self) -> None:
+        self._queue: deque[Any] = deque()
+        self._wake = threading.Event()
+        self._space = threading.Condition(threading.Lock())
+        self._stopping = False
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    # --- producer side --------------------------------------------------------------------
+
+    def put(self, item: Any) -> bool:
+        """Queue an item; wait for room when full; False (and counted) when it had to drop."""
+        queue = self._queue
+        if len(queue) >= self._max_queue and not self._wait_for_room():
+            with self._lock:
+                self.dropped += 1
+            return False
+        queue.append(item)
+        if len(queue) >= self._wake_at and not self._wake.is_set():
+            self._wake.set()
+        return True
+
+    def _wait_for_room(self) -> bool:
+        if self._stopping or threading.current_thread() is self._thread:
+            return False
+        deadline = time.monotonic() + self._block_timeout
+        self._wake.set()
+        with self._space:
+            while len(self._queue) >= self._max_queue:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return False
+                self._space.wait(min(remaining, 0.05))
+        return True
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until everything queued before this call is handled; True when it was."""
+        if not self._thread.is_alive():
+            return not self._queue
+        if threading.current_thread() is self._thread:
+            self._drain()
+            return True
+        request = _FlushRequest()
+        self._queue.append(request)
+        self._wake.set()
+        return request.done.wait(timeout)
+
+    def shutdown(self, timeout: float | None = 30.0) -> bool:
+        flushed = self.flush(timeout)
+        self._stopping = True
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        return flushed
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    # --- worker side ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            next_idle = time.monotonic() + self._interval
+            while True:
+                self._wake.wait(self._interval)
+                self._wake.clear()
+                self._drain()
+                now = time.monotonic()
+                if self._on_idle is not None and now >= next_idle:
+                    next_idle = now + self._interval
+                    self._guarded(self._on_idle, "idle check")
+                if self._stopping and not self._queue:
+                    return
+        finally:
+            detach(token)
+
+    def _drain(self) -> None:
+        queue = self._queue
+        while queue:
+            batch = []
+            flushes = []
+            while queue and len(batch) < self._max_batch:
+                item = queue.popleft()
+                if type(item) is _FlushRequest:
+                    flushes.append(item)
+                    break
+                batch.append(item)
+            if batch:
+                self._guarded(lambda b=batch: self._handle_batch(b), "batch")
+                self.handled += len(batch)
+            with self._space:
+                self._space.notify_all()
+            if flushes:
+                if self._on_flush is not None:
+                    self._guarded(self._on_flush, "flush")
+                for request in flushes:
+                    request.done.set()
+
+    def _guarded(self, fn: Callable[[], None], what: str) -> None:
+        try:
+            fn()
+        except Exception:
+            with self._lock:
+                self.errors += 1
+                first = self.errors == 1
+            if first:
+                logger.exception("agenttrace: %s %s failed; the program goes on", self.name, what)
+            else:
+                logger.debug("agenttrace: %s %s failed again", self.name, what, exc_info=True)
