@@ -234,9 +234,12 @@ def _check_explicit(setting: Setting, value: Any) -> Any:
         value = tuple(str(v).strip().lower() for v in value)
     elif setting.name in ("redact",) and not callable(value):
         raise ConfigError(f"{setting.name} must be callable, got {type(value).__name__}")
-    elif isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"{setting.name} must be a positive number, got {value!r}")
+    elif (
+        isinstance(setting.default, (int, float))
+        and not isinstance(setting.default, bool)
+        and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0)
+    ):
+        raise ConfigError(f"{setting.name} must be a positive number, got {value!r}")
     _check_choices(setting, value, f"{setting.name}={value!r}")
     return value
 

@@ -789,7 +789,7 @@ class EpisodeScope(_Scope):
             elif isinstance(exc, Exception):
                 status = sc.STATUS_ERRORED
             else:
-                terminated, truncated = state.last_step_flags()
+                terminated, _ = state.last_step_flags()
                 if terminated or state.length == 0:
                     status = sc.STATUS_COMPLETED
                 else:
