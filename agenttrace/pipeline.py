@@ -22,10 +22,11 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agenttrace import config
 from agenttrace._version import __version__
-from agenttrace.processing.span_export import LosslessSpanProcessor, OtlpJsonFileSpanExporter
+from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.files import safe_filename
+from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.model import Trajectory
 
 logger = logging.getLogger("agenttrace")
@@ -50,7 +51,6 @@ class AgentTrace:
         self.run_dir: Path | None = None
         self.span_processors: list[LosslessSpanProcessor] = []
         self.trajectory_processor: TrajectoryProcessor | None = None
-        self._file_exporter: OtlpJsonFileSpanExporter | None = None
         self._shut_down = False
         self.provider, self.owns_provider = _choose_provider(tracer_provider, settings)
         self.tracer = self.provider.get_tracer("agenttrace", __version__)
@@ -60,8 +60,19 @@ class AgentTrace:
         if not self.enabled:
             return
         sinks = [*self._file_sinks(), *extra_sinks]
+        targets = settings.spans
+        if targets is None:
+            targets = ("file",)
+            if self.owns_provider and any(os.environ.get(v) for v in _OTLP_ENDPOINT_VARS):
+                targets = ("file", "otlp")
+        self._span_writer = None
+        if "file" in targets:
+            self._span_writer = OtlpJsonLinesWriter(
+                self._ensure_run_dir(), basename="spans", max_bytes=settings.jsonl_max_bytes
+            )
         self.trajectory_processor = TrajectoryProcessor(
             sinks,
+            span_writer=self._span_writer,
             max_open_episodes=settings.max_open_episodes,
             max_spans_per_episode=settings.max_spans_per_episode,
             idle_timeout=settings.idle_timeout,
@@ -69,7 +80,12 @@ class AgentTrace:
             block_timeout=settings.block_timeout,
         )
         self.provider.add_span_processor(self.trajectory_processor)
-        for processor in self._span_export_processors():
+        if "otlp" in targets:
+            processor = LosslessSpanProcessor(
+                _otlp_span_exporter(),
+                max_queue=settings.queue_size,
+                block_timeout=settings.block_timeout,
+            )
             self.provider.add_span_processor(processor)
             self.span_processors.append(processor)
 
@@ -105,26 +121,6 @@ class AgentTrace:
                 sinks.append(OtlpLogSink(resource=self.provider.resource))
         return sinks
 
-    def _span_export_processors(self) -> list[LosslessSpanProcessor]:
-        targets = self.settings.spans
-        if targets is None:
-            targets = ("file",)
-            if self.owns_provider and any(os.environ.get(v) for v in _OTLP_ENDPOINT_VARS):
-                targets = ("file", "otlp")
-        processors = []
-        common = {
-            "max_queue": self.settings.queue_size,
-            "block_timeout": self.settings.block_timeout,
-        }
-        if "file" in targets:
-            self._file_exporter = OtlpJsonFileSpanExporter(
-                self._ensure_run_dir(), max_bytes=self.settings.jsonl_max_bytes
-            )
-            processors.append(LosslessSpanProcessor(self._file_exporter, **common))
-        if "otlp" in targets:
-            processors.append(LosslessSpanProcessor(_otlp_span_exporter(), **common))
-        return processors
-
     # --- public -------------------------------------------------------------------------
 
     @property
@@ -137,7 +133,7 @@ class AgentTrace:
 
     @property
     def span_paths(self) -> list[Path]:
-        return self._file_exporter.paths if self._file_exporter is not None else []
+        return list(self._span_writer.paths) if self._span_writer is not None else []
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Write every finished episode and span so far; True when all made it in time."""
@@ -164,7 +160,11 @@ class AgentTrace:
         stats: dict[str, Any] = (
             self.trajectory_processor.stats() if self.trajectory_processor else {}
         )
-        stats["spans_dropped"] = sum(p.dropped for p in self.span_processors)
+        stats["spans_dropped"] = (
+            sum(p.dropped for p in self.span_processors)
+            + stats.get("spans_dropped_queue_full", 0)
+            + stats.get("spans_failed_write", 0)
+        )
         stats["spans_export_failed"] = sum(p.failed for p in self.span_processors)
         stats["spans_exported"] = sum(p.exported for p in self.span_processors)
         return stats

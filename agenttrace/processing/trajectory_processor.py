@@ -5,6 +5,11 @@ other instrumentations, turns finished spans into compact :class:`SpanRecord` s 
 them to their episode's buffer. When an episode span ends, the buffer goes to a background
 writer that runs the one assembler and the sinks. Nothing here raises into user code.
 
+With a ``span_writer`` the same records are also written as OTLP/JSON lines (the run's
+spans.jsonl): one conversion per span serves both products, and no span object outlives its
+``on_end``. Spans outside episodes, late spans and spans over the per-episode limit still
+reach the span file; only sampled spans do (RECORD_ONLY spans feed trajectories only).
+
 Limits are explicit and every overflow is counted (``stats()``) and logged once:
 ``max_open_episodes`` (episodes beyond it are not tracked), ``max_spans_per_episode`` (later
 spans of that episode are not kept; its trajectory comes out incomplete), spans that arrive
@@ -28,6 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from agenttrace import semconv as sc
 from agenttrace.processing._worker import BackgroundWorker
 from agenttrace.sinks.base import Sink
+from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.assembler import build_trajectory
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord, record_from_span
@@ -55,6 +61,7 @@ class TrajectoryProcessor(SpanProcessor):
         self,
         sinks: Iterable[Sink | Callable[[Trajectory], None]] = (),
         *,
+        span_writer: OtlpJsonLinesWriter | None = None,
         max_open_episodes: int = 10_000,
         max_spans_per_episode: int = 50_000,
         idle_timeout: float = 600.0,
@@ -63,6 +70,8 @@ class TrajectoryProcessor(SpanProcessor):
         check_interval: float = 1.0,
     ) -> None:
         self.sinks: list[Sink] = [_as_sink(sink) for sink in sinks]
+        self.span_writer = span_writer
+        self.spans_written = 0
         self._max_open = max_open_episodes
         self._max_spans = max_spans_per_episode
         self._idle_timeout = idle_timeout
@@ -115,24 +124,35 @@ class TrajectoryProcessor(SpanProcessor):
             attributes = span.attributes
             episode_id = attributes.get(sc.EPISODE_ID) if attributes else None
             if episode_id is None:
+                if self.span_writer is not None:
+                    self._put_spans([record_from_span(span)])
                 return
             episode_id = str(episode_id)
             is_root = span.name == sc.EPISODE
+            record = record_from_span(span)
             episode = self._open.get(episode_id)
             if episode is None:
                 episode = self._track(episode_id, span.context.span_id if is_root else 0)
-                if episode is None:
+                if episode is None:  # late, or over the open-episode limit
+                    if self.span_writer is not None:
+                        self._put_spans([record])
                     return
             if len(episode.records) >= self._max_spans and not is_root:
                 episode.dropped_spans += 1
                 self._count("spans_dropped_episode_limit")
+                if self.span_writer is not None:
+                    self._put_spans([record])
                 return
-            episode.records.append(record_from_span(span))
+            episode.records.append(record)
             episode.last_seen = time.monotonic()
             if is_root and span.context.span_id in (episode.root_span_id, 0):
                 self._finish(episode_id)
         except Exception:
             self._internal_error("on_end")
+
+    def _put_spans(self, records: list[SpanRecord]) -> None:
+        if not self._worker.put(records):
+            self._count("spans_dropped_queue_full", len(records))
 
     def _track(self, episode_id: str, root_span_id: int) -> _Episode | None:
         with self._lock:
@@ -165,10 +185,17 @@ class TrajectoryProcessor(SpanProcessor):
 
     # --- writer thread ----------------------------------------------------------------------
 
-    def _write_batch(self, batch: list[tuple[str, _Episode]]) -> None:
-        for episode_id, episode in batch:
+    def _write_batch(self, batch: list[tuple[str, _Episode] | list[SpanRecord]]) -> None:
+        for item in batch:
+            if type(item) is list:
+                self._write_spans(item)
+                continue
+            episode_id, episode = item
+            self._write_spans(episode.records)
             try:
-                trajectory = build_trajectory(episode.records, episode_id)
+                trajectory = build_trajectory(
+                    episode.records, episode_id, trusted_scope=AGENTTRACE_SCOPE
+                )
             except Exception:
                 self._count("episodes_failed_assembly")
                 logger.exception("agenttrace: could not rebuild episode %r", episode_id)
@@ -186,6 +213,20 @@ class TrajectoryProcessor(SpanProcessor):
                 except Exception as exc:
                     self._sink_failed(sink, exc)
 
+    def _write_spans(self, records: list[SpanRecord]) -> None:
+        writer = self.span_writer
+        if writer is None:
+            return
+        sampled = [record for record in records if record.sampled]
+        if not sampled:
+            return
+        try:
+            writer.write(sampled)
+            self.spans_written += len(sampled)
+        except Exception as exc:
+            self._count("spans_failed_write", len(sampled))
+            self._sink_failed(writer, exc)  # type: ignore[arg-type]
+
     def _sink_failed(self, sink: Sink, exc: Exception) -> None:
         name = type(sink).__name__
         with self._lock:
@@ -201,7 +242,7 @@ class TrajectoryProcessor(SpanProcessor):
             )
 
     def _flush_sinks(self) -> None:
-        for sink in self.sinks:
+        for sink in self._all_outputs():
             try:
                 sink.flush()
             except Exception as exc:
@@ -236,7 +277,7 @@ class TrajectoryProcessor(SpanProcessor):
             self._count("episodes_open_at_shutdown", len(still_open))
         self._closed = True
         self._worker.shutdown(timeout_millis / 1000)
-        for sink in self.sinks:
+        for sink in self._all_outputs():
             try:
                 sink.close()
             except Exception as exc:
@@ -245,6 +286,9 @@ class TrajectoryProcessor(SpanProcessor):
         if problems:
             logger.warning("agenttrace: trajectory losses this run: %s", problems)
         atexit.unregister(self._at_exit)
+
+    def _all_outputs(self) -> list[Any]:
+        return [*self.sinks, self.span_writer] if self.span_writer is not None else self.sinks
 
     def _at_exit(self) -> None:
         self.shutdown(timeout_millis=10_000)
@@ -263,7 +307,7 @@ class TrajectoryProcessor(SpanProcessor):
         stats["statuses"] = statuses
         stats["episodes_open"] = open_now
         stats["sink_errors"] = sink_errors
-        stats["writer_queue_dropped"] = self._worker.dropped
+        stats["spans_written"] = self.spans_written
         stats["internal_errors"] = counts.get("internal_errors", 0) + self._worker.errors
         return stats
 
@@ -284,11 +328,16 @@ class TrajectoryProcessor(SpanProcessor):
             logger.exception("agenttrace: internal error in %s; your program goes on", where)
 
 
+#: Instrumentation scope of agenttrace's own spans, whose content text its encoder wrote.
+AGENTTRACE_SCOPE = "agenttrace"
+
 _LOSS_COUNTERS = (
     "episodes_dropped_open_limit",
     "spans_dropped_episode_limit",
     "late_spans",
     "episodes_dropped_queue_full",
+    "spans_dropped_queue_full",
+    "spans_failed_write",
     "episodes_failed_assembly",
 )
 _ALL_COUNTERS = (*_LOSS_COUNTERS, "episodes_expired_idle", "episodes_open_at_shutdown")

@@ -1,0 +1,34 @@
+"""Where finished trajectories go, and how to load them back.
+
+Sinks: :class:`JsonlSink` (one line per episode, rotated by size), :class:`ParquetSink`
+(columnar part files; needs ``pip install 'agenttrace[parquet]'``), :class:`JsonDirSink` (one
+file per episode), :class:`OtlpLogSink` (one OpenTelemetry log record per episode) and
+:class:`CallbackSink` (your function). Read files back with :func:`load_trajectories` or
+:func:`iter_trajectories`. docs/sinks.md describes every file layout.
+"""
+
+from agenttrace.sinks.base import Sink
+from agenttrace.sinks.callback import CallbackSink
+from agenttrace.sinks.files import (
+    TrajectoryLoadError,
+    iter_trajectories,
+    load_trajectories,
+    safe_filename,
+)
+from agenttrace.sinks.jsondir import JsonDirSink
+from agenttrace.sinks.jsonl import JsonlSink
+from agenttrace.sinks.otlp_logs import OtlpLogSink
+from agenttrace.sinks.parquet import ParquetSink
+
+__all__ = [
+    "CallbackSink",
+    "JsonDirSink",
+    "JsonlSink",
+    "OtlpLogSink",
+    "ParquetSink",
+    "Sink",
+    "TrajectoryLoadError",
+    "iter_trajectories",
+    "load_trajectories",
+    "safe_filename",
+]

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agenttrace import semconv as sc
-from agenttrace.trajectory.codec import ValueDecodeError, loads
+from agenttrace.trajectory.codec import as_raw_json
 from agenttrace.trajectory.model import EpisodeError, LLMCall, Step, ToolCall, Trajectory
 from agenttrace.trajectory.records import SpanRecord
 
@@ -83,8 +83,20 @@ def _owner_via_parents(
     return None
 
 
-def build_trajectory(records: Sequence[SpanRecord], episode_id: str | None = None) -> Trajectory:
-    """Rebuild one episode from its span records (in any order, possibly incomplete)."""
+def build_trajectory(
+    records: Sequence[SpanRecord],
+    episode_id: str | None = None,
+    *,
+    trusted_scope: str | None = None,
+) -> Trajectory:
+    """Rebuild one episode from its span records (in any order, possibly incomplete).
+
+    Content attributes are kept as JSON text and decoded only when read. Text from spans of
+    instrumentation scope ``trusted_scope`` is taken as valid JSON unchecked (the live
+    processor passes agenttrace's own scope, whose text its encoder wrote); all other text is
+    parsed once, and text that is not JSON is kept as a plain string.
+    """
+    trusted = trusted_scope
     if not records:
         raise ValueError("build_trajectory needs at least one span record")
     episode_span = _episode_span(records)
@@ -110,9 +122,9 @@ def build_trajectory(records: Sequence[SpanRecord], episode_id: str | None = Non
         elif _genai_operation(record) is not None:
             genai.append(record)
 
-    steps = [_build_step(index, parts[index]) for index in sorted(parts)]
-    _align_observations(steps, parts, reset_span)
-    _attach_genai_calls(steps, genai, by_span_id)
+    steps = [_build_step(index, parts[index], trusted) for index in sorted(parts)]
+    _align_observations(steps, parts, reset_span, trusted)
+    _attach_genai_calls(steps, genai, by_span_id, trusted)
 
     attrs = episode_span.attributes if episode_span is not None else {}
     length = attrs.get(sc.EPISODE_LENGTH)
@@ -139,9 +151,9 @@ def build_trajectory(records: Sequence[SpanRecord], episode_id: str | None = Non
     if last is not None:
         env_step = parts[last.index].get(sc.ENV_STEP)
         if env_step is not None:
-            final_observation = _content(env_step, sc.OBSERVATION, None)
+            final_observation = _content(env_step, sc.OBSERVATION, None, trusted)
     elif reset_span is not None:
-        final_observation = _content(reset_span, sc.OBSERVATION, None)
+        final_observation = _content(reset_span, sc.OBSERVATION, None, trusted)
 
     start = episode_span.start_time if episode_span else min(r.start_time for r in records)
     ends = [r.end_time for r in records if r.end_time is not None]
@@ -160,7 +172,7 @@ def build_trajectory(records: Sequence[SpanRecord], episode_id: str | None = Non
         attributes=attributes,
         steps=steps,
         final_observation=final_observation,
-        reset_info=_content(reset_span, sc.INFO, None) if reset_span else None,
+        reset_info=_content(reset_span, sc.INFO, None, trusted) if reset_span else None,
         missing_steps=missing,
     )
 
@@ -174,17 +186,14 @@ def _episode_span(records: Sequence[SpanRecord]) -> SpanRecord | None:
     return found
 
 
-def _content(record: SpanRecord, key: str, default: Any) -> Any:
-    """Decode a JSON-encoded content attribute; text that is not JSON is kept as text."""
+def _content(record: SpanRecord, key: str, default: Any, trusted: str | None) -> Any:
+    """A JSON-encoded content attribute as lazily decoded text; non-JSON text stays text."""
     text = record.attributes.get(key, _MISSING)
     if text is _MISSING:
         return default
     if not isinstance(text, str):
         return _plain(text)
-    try:
-        return loads(text)
-    except ValueDecodeError:
-        return text
+    return as_raw_json(text, trusted=trusted is not None and record.scope_name == trusted)
 
 
 def _plain(value: Any) -> Any:
@@ -199,7 +208,7 @@ def _first(records: Sequence[SpanRecord | None], key: str) -> Any:
     return None
 
 
-def _build_step(index: int, roles: Mapping[str, SpanRecord]) -> Step:
+def _build_step(index: int, roles: Mapping[str, SpanRecord], trusted: str | None) -> Step:
     timestep = roles.get(sc.TIMESTEP)
     act = roles.get(sc.AGENT_ACT)
     env_step = roles.get(sc.ENV_STEP)
@@ -208,13 +217,13 @@ def _build_step(index: int, roles: Mapping[str, SpanRecord]) -> Step:
     action = _MISSING
     for record in outcome_order:
         if record is not None:
-            action = _content(record, sc.ACTION, _MISSING)
+            action = _content(record, sc.ACTION, _MISSING, trusted)
             if action is not _MISSING:
                 break
     info = None
     for record in outcome_order:
         if record is not None:
-            info = _content(record, sc.INFO, _MISSING)
+            info = _content(record, sc.INFO, _MISSING, trusted)
             if info is not _MISSING:
                 break
             info = None
@@ -244,10 +253,13 @@ def _build_step(index: int, roles: Mapping[str, SpanRecord]) -> Step:
 
 
 def _align_observations(
-    steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecord]], reset: SpanRecord | None
+    steps: list[Step],
+    parts: Mapping[int, Mapping[str, SpanRecord]],
+    reset: SpanRecord | None,
+    trusted: str | None,
 ) -> None:
     """Step i acts on what agent.act/timestep saw, else what step i-1 (or reset) returned."""
-    previous_returned = _content(reset, sc.OBSERVATION, None) if reset else None
+    previous_returned = _content(reset, sc.OBSERVATION, None, trusted) if reset else None
     previous_index = -1
     for step in steps:
         roles = parts[step.index]
@@ -255,14 +267,14 @@ def _align_observations(
         for role in (sc.AGENT_ACT, sc.TIMESTEP):
             record = roles.get(role)
             if record is not None:
-                seen = _content(record, sc.OBSERVATION, _MISSING)
+                seen = _content(record, sc.OBSERVATION, _MISSING, trusted)
                 if seen is not _MISSING:
                     break
         if seen is _MISSING:
             seen = previous_returned if step.index == previous_index + 1 else None
         step.observation = seen
         env_step = roles.get(sc.ENV_STEP)
-        previous_returned = _content(env_step, sc.OBSERVATION, None) if env_step else None
+        previous_returned = _content(env_step, sc.OBSERVATION, None, trusted) if env_step else None
         previous_index = step.index
 
 
@@ -295,7 +307,10 @@ def _step_index_of(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> 
 
 
 def _attach_genai_calls(
-    steps: list[Step], genai: list[SpanRecord], by_span_id: Mapping[int, SpanRecord]
+    steps: list[Step],
+    genai: list[SpanRecord],
+    by_span_id: Mapping[int, SpanRecord],
+    trusted: str | None,
 ) -> None:
     if not genai:
         return
@@ -305,9 +320,9 @@ def _attach_genai_calls(
         if step is None:
             continue
         if _genai_operation(record) == sc.GEN_AI_OPERATION_EXECUTE_TOOL:
-            step.tool_calls.append(_tool_call(record))
+            step.tool_calls.append(_tool_call(record, trusted))
         else:
-            step.llm_calls.append(_llm_call(record))
+            step.llm_calls.append(_llm_call(record, trusted))
 
 
 _LLM_FIELDS = frozenset(
@@ -339,15 +354,15 @@ def _error_text(record: SpanRecord) -> str | None:
     return record.status_message or "error"
 
 
-def _llm_call(record: SpanRecord) -> LLMCall:
+def _llm_call(record: SpanRecord, trusted: str | None) -> LLMCall:
     attrs = record.attributes
     finish = attrs.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)
     return LLMCall(
         name=record.name,
         model=attrs.get(sc.GEN_AI_RESPONSE_MODEL) or attrs.get(sc.GEN_AI_REQUEST_MODEL),
         provider=attrs.get(sc.GEN_AI_PROVIDER_NAME) or attrs.get(sc.GEN_AI_SYSTEM),
-        input_messages=_content(record, sc.GEN_AI_INPUT_MESSAGES, None),
-        output_messages=_content(record, sc.GEN_AI_OUTPUT_MESSAGES, None),
+        input_messages=_content(record, sc.GEN_AI_INPUT_MESSAGES, None, trusted),
+        output_messages=_content(record, sc.GEN_AI_OUTPUT_MESSAGES, None, trusted),
         finish_reasons=None if finish is None else [str(f) for f in finish],
         input_tokens=attrs.get(sc.GEN_AI_USAGE_INPUT_TOKENS),
         output_tokens=attrs.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS),
@@ -362,14 +377,14 @@ def _llm_call(record: SpanRecord) -> LLMCall:
     )
 
 
-def _tool_call(record: SpanRecord) -> ToolCall:
+def _tool_call(record: SpanRecord, trusted: str | None) -> ToolCall:
     attrs = record.attributes
     name = attrs.get(sc.GEN_AI_TOOL_NAME) or record.name.partition(" ")[2] or record.name
     return ToolCall(
         name=str(name),
         call_id=attrs.get(sc.GEN_AI_TOOL_CALL_ID),
-        arguments=_content(record, sc.GEN_AI_TOOL_CALL_ARGUMENTS, None),
-        result=_content(record, sc.GEN_AI_TOOL_CALL_RESULT, None),
+        arguments=_content(record, sc.GEN_AI_TOOL_CALL_ARGUMENTS, None, trusted),
+        result=_content(record, sc.GEN_AI_TOOL_CALL_RESULT, None, trusted),
         start_time=record.start_time,
         end_time=record.end_time,
         error=_error_text(record),

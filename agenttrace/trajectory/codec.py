@@ -14,7 +14,8 @@ written as themselves. Everything else becomes a one-key object whose key starts
 ``$ndarray``            ``{"dtype", "shape", "data"}`` (nested list) for small numeric or
                         string arrays, ``{"dtype", "shape", "b64"}`` (raw C-order bytes)
                         otherwise
-``$numpy``              ``{"dtype", "value"}`` for a numpy scalar
+``$numpy``              ``{"dtype", "value"}`` for a numpy scalar (``"b64"`` raw bytes
+                        for complex, datetime and other non-JSON scalars)
 ``$dataclass``          ``{"type": "module:QualName", "fields": {...}}``
 ``$pydantic``           ``{"type": "module:QualName", "fields": {...}}``
 ``$enum``               ``{"type": "module:QualName", "value": ...}``
@@ -167,9 +168,10 @@ def encode(value: Any, *, redact_secrets: bool = False) -> Any:
         return {"$tuple": [encode(item, redact_secrets=redact_secrets) for item in value]}
     if isinstance(value, np.generic):
         item = value.item()
-        if isinstance(item, (bytes, complex)) or not isinstance(item, (bool, int, float, str)):
-            return {"$ndarray": _encode_ndarray(np.asarray(value), redact_secrets)["$ndarray"]}
-        return {"$numpy": {"dtype": value.dtype.str, "value": encode(item)}}
+        if isinstance(item, (bool, int, float, str)):
+            return {"$numpy": {"dtype": value.dtype.str, "value": encode(item)}}
+        raw = base64.b64encode(value.tobytes()).decode("ascii")
+        return {"$numpy": {"dtype": value.dtype.str, "b64": raw}}
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, enum.Enum):
@@ -239,6 +241,32 @@ def dumps(value: Any, *, redact_secrets: bool = False) -> str:
     return _dump(encode(value, redact_secrets=redact_secrets))
 
 
+class RawJSON(str):
+    """Valid JSON text in this encoding, kept undecoded until someone reads the value.
+
+    The live rebuild moves observations and actions from span attributes to trajectory files
+    as text, without a decode/encode round trip per step.
+    """
+
+    __slots__ = ()
+
+
+def json_text(value: Any) -> str:
+    """JSON text of a value, reusing :class:`RawJSON` text as is."""
+    return value if type(value) is RawJSON else dumps(value)
+
+
+def as_raw_json(text: str, *, trusted: bool) -> RawJSON | str:
+    """Wrap attribute text for lazy decoding; untrusted text must parse, else stays a str."""
+    if trusted:
+        return RawJSON(text)
+    try:
+        json.loads(text)
+    except ValueError:
+        return text
+    return RawJSON(text)
+
+
 # --- decoding --------------------------------------------------------------------------
 
 
@@ -285,7 +313,10 @@ def _decode_tagged(tag: str, body: Any, original: dict) -> Any:
     if tag == "$ndarray":
         return _decode_ndarray(body)
     if tag == "$numpy":
-        return np.dtype(body["dtype"]).type(decode(body["value"]))
+        dtype = np.dtype(body["dtype"])
+        if "b64" in body:
+            return np.frombuffer(base64.b64decode(body["b64"]), dtype=dtype)[0]
+        return dtype.type(decode(body["value"]))
     if tag == "$datetime":
         return _dt.datetime.fromisoformat(body)
     if tag == "$date":

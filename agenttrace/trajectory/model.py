@@ -15,9 +15,72 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agenttrace.trajectory.codec import decode, encode, values_equal
+from agenttrace.trajectory.codec import (
+    RawJSON,
+    ValueDecodeError,
+    decode,
+    encode,
+    json_text,
+    loads,
+    values_equal,
+)
 
 _dump_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+class _Content:
+    """A content field (observation, action, info, messages) that may hold RawJSON text.
+
+    The live rebuild stores attribute text here untouched; the first read decodes it once.
+    Writers ask :func:`content_json` for the text, so unread content is never decoded.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = "_" + name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return None  # the dataclass default
+        value = obj.__dict__[self.key]
+        if type(value) is RawJSON:
+            try:
+                value = loads(value)
+            except ValueDecodeError:  # valid JSON, malformed tags: keep the plain data
+                value = json.loads(value)
+            obj.__dict__[self.key] = value
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.key] = value
+
+
+def content_json(obj: Any, name: str) -> str:
+    """JSON text of a content field, without decoding it when it is still raw."""
+    return json_text(obj.__dict__["_" + name])
+
+
+def _content_data(obj: Any, name: str) -> Any:
+    """Encoded JSON data of a content field (for ``to_dict``)."""
+    value = obj.__dict__["_" + name]
+    return json.loads(value) if type(value) is RawJSON else encode(value)
+
+
+def _number_json(value: float | int | None) -> str:
+    if value is None:
+        return "null"
+    if type(value) is float and value - value == 0:  # finite
+        return repr(value)
+    return _dump_json(encode(value))
+
+
+def _optional_int_json(value: int | None) -> str:
+    return "null" if value is None else "%d" % value
+
+
+def _object_json(pairs: list[tuple[str, str]]) -> str:
+    """A JSON object from already-encoded values, keys in the given order."""
+    return "{" + ",".join(f'"{key}":{text}' for key, text in pairs) + "}"
+
 
 SCHEMA = "agenttrace.trajectory/1"
 SCHEMA_NAME, _, _SCHEMA_VERSION = SCHEMA.partition("/")
@@ -65,8 +128,8 @@ class LLMCall(_ValueEquality):
     name: str
     model: str | None = None
     provider: str | None = None
-    input_messages: Any = None
-    output_messages: Any = None
+    input_messages: Any = _Content()
+    output_messages: Any = _Content()
     finish_reasons: list[str] | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -76,9 +139,10 @@ class LLMCall(_ValueEquality):
     attributes: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        data = dataclasses.asdict(self)
-        data["input_messages"] = encode(self.input_messages)
-        data["output_messages"] = encode(self.output_messages)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["input_messages"] = _content_data(self, "input_messages")
+        data["output_messages"] = _content_data(self, "output_messages")
+        data["finish_reasons"] = None if self.finish_reasons is None else list(self.finish_reasons)
         data["attributes"] = encode(self.attributes)
         return data
 
@@ -97,16 +161,16 @@ class ToolCall(_ValueEquality):
 
     name: str
     call_id: str | None = None
-    arguments: Any = None
-    result: Any = None
+    arguments: Any = _Content()
+    result: Any = _Content()
     start_time: int | None = None
     end_time: int | None = None
     error: str | None = None
 
     def to_dict(self) -> dict:
-        data = dataclasses.asdict(self)
-        data["arguments"] = encode(self.arguments)
-        data["result"] = encode(self.result)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["arguments"] = _content_data(self, "arguments")
+        data["result"] = _content_data(self, "result")
         return data
 
     @classmethod
@@ -123,13 +187,13 @@ class Step(_ValueEquality):
     """Step *i*: the observation the agent acted on, its action, and what the action earned."""
 
     index: int
-    observation: Any = None
-    action: Any = None
+    observation: Any = _Content()
+    action: Any = _Content()
     reward: float | None = None
     terminated: bool = False
     truncated: bool = False
     discount: float | None = None
-    info: Any = None
+    info: Any = _Content()
     start_time: int | None = None
     end_time: int | None = None
     llm_calls: list[LLMCall] = field(default_factory=list)
@@ -138,18 +202,37 @@ class Step(_ValueEquality):
     def to_dict(self) -> dict:
         return {
             "index": self.index,
-            "observation": encode(self.observation),
-            "action": encode(self.action),
+            "observation": _content_data(self, "observation"),
+            "action": _content_data(self, "action"),
             "reward": encode(self.reward),
             "terminated": self.terminated,
             "truncated": self.truncated,
             "discount": encode(self.discount),
-            "info": encode(self.info),
+            "info": _content_data(self, "info"),
             "start_time": self.start_time,
             "end_time": self.end_time,
             "llm_calls": [call.to_dict() for call in self.llm_calls],
             "tool_calls": [call.to_dict() for call in self.tool_calls],
         }
+
+    def to_json(self) -> str:
+        """Same document as ``to_dict``, with raw content spliced in undecoded."""
+        return _object_json(
+            [
+                ("index", "%d" % self.index),
+                ("observation", content_json(self, "observation")),
+                ("action", content_json(self, "action")),
+                ("reward", _number_json(self.reward)),
+                ("terminated", "true" if self.terminated else "false"),
+                ("truncated", "true" if self.truncated else "false"),
+                ("discount", _number_json(self.discount)),
+                ("info", content_json(self, "info")),
+                ("start_time", _optional_int_json(self.start_time)),
+                ("end_time", _optional_int_json(self.end_time)),
+                ("llm_calls", _dump_json([c.to_dict() for c in self.llm_calls])),
+                ("tool_calls", _dump_json([c.to_dict() for c in self.tool_calls])),
+            ]
+        )
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
@@ -185,8 +268,8 @@ class Trajectory(_ValueEquality):
     length: int = 0
     attributes: dict[str, Any] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
-    final_observation: Any = None
-    reset_info: Any = None
+    final_observation: Any = _Content()
+    reset_info: Any = _Content()
     #: Step indices known to exist but whose spans never arrived (status is then incomplete).
     missing_steps: list[int] = field(default_factory=list)
     schema: str = SCHEMA
@@ -210,8 +293,8 @@ class Trajectory(_ValueEquality):
             "length": self.length,
             "attributes": encode(self.attributes),
             "steps": [step.to_dict() for step in self.steps],
-            "final_observation": encode(self.final_observation),
-            "reset_info": encode(self.reset_info),
+            "final_observation": _content_data(self, "final_observation"),
+            "reset_info": _content_data(self, "reset_info"),
             "missing_steps": list(self.missing_steps),
         }
 

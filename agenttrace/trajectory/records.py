@@ -41,6 +41,7 @@ class SpanRecord(NamedTuple):
     scope_version: str | None = None
     links: tuple[SpanLink, ...] = ()
     parent_is_remote: bool = False
+    sampled: bool = True  # False for RECORD_ONLY spans: seen by processors, never exported
 
     @property
     def trace_id_hex(self) -> str:
@@ -52,6 +53,14 @@ class SpanRecord(NamedTuple):
 
 
 _EMPTY: Mapping[str, Any] = {}
+
+
+def _plain_mapping(attributes: Any) -> Mapping[str, Any]:
+    """The plain dict behind the SDK's BoundedAttributes (frozen once a span has ended)."""
+    if attributes is None:
+        return _EMPTY
+    inner = getattr(attributes, "_dict", None)
+    return inner if type(inner) is dict else dict(attributes)
 
 
 def record_from_span(span: Any) -> SpanRecord:
@@ -70,21 +79,22 @@ def record_from_span(span: Any) -> SpanRecord:
         span.name,
         span.start_time,
         span.end_time,
-        span.attributes if span.attributes is not None else _EMPTY,
-        tuple(SpanEvent(e.name, e.timestamp, e.attributes or _EMPTY) for e in events)
+        _plain_mapping(span.attributes),
+        tuple(SpanEvent(e.name, e.timestamp, _plain_mapping(e.attributes)) for e in events)
         if events
         else (),
         status.status_code.name,
         status.description,
         span.kind.name,
-        resource.attributes if resource is not None else _EMPTY,
+        _plain_mapping(resource.attributes) if resource is not None else _EMPTY,
         scope.name if scope is not None else "",
         scope.version if scope is not None else None,
         tuple(
-            SpanLink(link.context.trace_id, link.context.span_id, link.attributes or _EMPTY)
+            SpanLink(link.context.trace_id, link.context.span_id, _plain_mapping(link.attributes))
             for link in links
         )
         if links
         else (),
         bool(parent.is_remote) if parent is not None else False,
+        context.trace_flags.sampled,
     )

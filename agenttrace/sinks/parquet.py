@@ -1,0 +1,357 @@
+"""Parquet sink: one row per trajectory, written in finished part files.
+
+pyarrow is imported only when a sink is created or a file is read (``pip install
+'agenttrace[parquet]'``). A part is written under a ``.partial`` name and renamed to
+``<basename>-NNNNN.parquet`` only when complete (on ``flush()``, ``close()`` or after
+``rows_per_file`` rows), so readers never see a half-written file; a crash loses at most the
+rows of the part in progress. The column layout is in docs/sinks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agenttrace.sinks.files import TrajectoryLoadError, utf8_safe, warn_load_error
+from agenttrace.sinks.jsonl import check_basename
+from agenttrace.trajectory.codec import encode
+from agenttrace.trajectory.model import Trajectory, content_json
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+def _dump(value: Any) -> str:
+    return utf8_safe(_encode_json(value))
+
+
+#: Columns holding JSON text in the codec's value encoding, decoded on read.
+JSON_COLUMNS = ("error", "attributes", "final_observation", "reset_info")
+STEP_JSON_FIELDS = ("observation", "action", "info", "llm_calls", "tool_calls")
+#: Rows buffered before they are written out as one row group (also bounded by bytes).
+ROW_GROUP_ROWS = 256
+ROW_GROUP_BYTES = 64 * 1024 * 1024
+
+
+def _require_pyarrow() -> tuple[Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ImportError(
+            "the Parquet sink and reader need pyarrow: pip install 'agenttrace[parquet]'"
+        ) from exc
+    return pa, pq
+
+
+def arrow_schema() -> pa.Schema:
+    """The Arrow schema of a trajectory row (see docs/sinks.md)."""
+    pa, _ = _require_pyarrow()
+    step = pa.struct(
+        [
+            ("index", pa.int64()),
+            ("observation", pa.string()),
+            ("action", pa.string()),
+            ("reward", pa.float64()),
+            ("terminated", pa.bool_()),
+            ("truncated", pa.bool_()),
+            ("discount", pa.float64()),
+            ("info", pa.string()),
+            ("start_time", pa.int64()),
+            ("end_time", pa.int64()),
+            ("llm_calls", pa.string()),
+            ("tool_calls", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("schema", pa.string()),
+            ("episode_id", pa.string()),
+            ("trace_id", pa.string()),
+            ("task_id", pa.string()),
+            ("status", pa.string()),
+            ("error", pa.string()),
+            ("start_time", pa.int64()),
+            ("end_time", pa.int64()),
+            ("return", pa.float64()),
+            ("length", pa.int64()),
+            ("attributes", pa.string()),
+            ("steps", pa.list_(step)),
+            ("final_observation", pa.string()),
+            ("reset_info", pa.string()),
+            ("missing_steps", pa.list_(pa.int64())),
+        ]
+    )
+
+
+def _as_float(value: Any, what: str) -> float | None:
+    """Rewards, discounts and returns are float64 columns: numbers only (NaN/inf kept)."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"{what} must be a real number or None for Parquet, got {type(value).__name__}")
+
+
+def trajectory_to_row(trajectory: Trajectory) -> dict[str, Any]:
+    """One Parquet row: plain columns for scalars, codec JSON text for free-form values.
+
+    Content still held as raw JSON text (the live rebuild) is copied, not decoded.
+    """
+    episode = trajectory.episode_id
+    steps = []
+    for step in trajectory.steps:
+        where = f"episode {episode!r} step {step.index}"
+        steps.append(
+            {
+                "index": step.index,
+                "observation": utf8_safe(content_json(step, "observation")),
+                "action": utf8_safe(content_json(step, "action")),
+                "reward": _as_float(step.reward, f"reward of {where}"),
+                "terminated": bool(step.terminated),
+                "truncated": bool(step.truncated),
+                "discount": _as_float(step.discount, f"discount of {where}"),
+                "info": utf8_safe(content_json(step, "info")),
+                "start_time": step.start_time,
+                "end_time": step.end_time,
+                "llm_calls": _dump([call.to_dict() for call in step.llm_calls]),
+                "tool_calls": _dump([call.to_dict() for call in step.tool_calls]),
+            }
+        )
+    error = trajectory.error
+    return {
+        "schema": trajectory.schema,
+        "episode_id": episode,
+        "trace_id": trajectory.trace_id,
+        "task_id": trajectory.task_id,
+        "status": trajectory.status,
+        "error": None if error is None else _dump(error.to_dict()),
+        "start_time": trajectory.start_time,
+        "end_time": trajectory.end_time,
+        "return": _as_float(trajectory.return_, f"return of episode {episode!r}"),
+        "length": trajectory.length,
+        "attributes": _dump(encode(trajectory.attributes)),
+        "steps": steps,
+        "final_observation": utf8_safe(content_json(trajectory, "final_observation")),
+        "reset_info": utf8_safe(content_json(trajectory, "reset_info")),
+        "missing_steps": [int(index) for index in trajectory.missing_steps],
+    }
+
+
+def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
+    """Inverse of :func:`trajectory_to_row`, through ``Trajectory.from_dict`` and the codec."""
+    data = dict(row)
+    for key in JSON_COLUMNS:
+        text = data.get(key)
+        data[key] = None if text is None else json.loads(text)
+    steps = []
+    for step in data.get("steps") or ():
+        step = dict(step)
+        for key in STEP_JSON_FIELDS:
+            text = step.get(key)
+            step[key] = None if text is None else json.loads(text)
+        # Floats go through the codec as themselves; NaN/inf arrive as native floats.
+        steps.append(step)
+    data["steps"] = steps
+    if data.get("attributes") is None:
+        data["attributes"] = {}
+    return Trajectory.from_dict(data)
+
+
+_PART = re.compile(r"-(\d{5,})\.parquet(?:\.partial)?")
+
+
+class ParquetSink:
+    """Writes trajectories as rows of ``folder/<basename>-00000.parquet``, ``-00001``, ...
+
+    Every ``flush()`` and ``close()`` finishes the part in progress (so it is readable); the
+    next write starts a new part. A part is also finished after ``rows_per_file`` rows.
+    Numbering continues after parts already in the folder, so a rerun never overwrites.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        *,
+        basename: str = "trajectories",
+        rows_per_file: int = 10_000,
+        compression: str = "zstd",
+    ) -> None:
+        self._pa, self._pq = _require_pyarrow()
+        if rows_per_file <= 0:
+            raise ValueError(f"rows_per_file must be positive, got {rows_per_file}")
+        self.folder = Path(folder)
+        self.basename = check_basename(basename)
+        self.rows_per_file = int(rows_per_file)
+        self.compression = compression
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._schema = arrow_schema()
+        self._next_index = self._first_free_index()
+        self._writer: Any = None
+        self._partial: Path | None = None
+        self._final: Path | None = None
+        self._rows_in_part = 0
+        self._pending: list[Any] = []  # one-row RecordBatches
+        self._pending_bytes = 0
+        self._paths: list[Path] = []
+        self._closed = False
+
+    @property
+    def paths(self) -> list[Path]:
+        """The finished part files this sink wrote, oldest first."""
+        return list(self._paths)
+
+    def _first_free_index(self) -> int:
+        prefix = self.basename
+        used = [
+            int(match.group(1))
+            for entry in self.folder.iterdir()
+            if entry.name.startswith(prefix)
+            and (match := _PART.fullmatch(entry.name[len(prefix) :]))
+        ]
+        return max(used, default=-1) + 1
+
+    def write(self, trajectory: Trajectory) -> None:
+        """Buffer one row; rows go out in row groups, parts finish at ``rows_per_file``.
+
+        The row is converted to Arrow here, so a trajectory Parquet cannot hold (say, a time
+        beyond int64) fails alone in its own ``write`` instead of spoiling a row group.
+        """
+        if self._closed:
+            raise RuntimeError(f"ParquetSink({str(self.folder)!r}) is closed; cannot write")
+        row = trajectory_to_row(trajectory)
+        try:
+            batch = self._pa.RecordBatch.from_pylist([row], schema=self._schema)
+        except (self._pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(
+                f"episode {trajectory.episode_id!r} cannot be stored in Parquet: {exc}"
+            ) from exc
+        self._pending.append(batch)
+        self._pending_bytes += batch.nbytes
+        self._rows_in_part += 1
+        if self._rows_in_part >= self.rows_per_file:
+            self._finish_part()
+        elif len(self._pending) >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        table = self._pa.Table.from_batches(self._pending, schema=self._schema)
+        if self._writer is None:
+            index = self._next_index
+            self._next_index += 1
+            self._final = self.folder / f"{self.basename}-{index:05d}.parquet"
+            self._partial = self._final.with_name(self._final.name + ".partial")
+            self._writer = self._pq.ParquetWriter(
+                self._partial, self._schema, compression=self.compression
+            )
+        self._writer.write_table(table.combine_chunks())
+        self._pending = []
+        self._pending_bytes = 0
+
+    def _finish_part(self) -> None:
+        try:
+            self._write_pending()
+        finally:
+            self._rows_in_part = 0
+            self._pending = []
+            self._pending_bytes = 0
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                writer.close()
+                assert self._partial is not None and self._final is not None
+                _fsync_path(self._partial)
+                os.replace(self._partial, self._final)
+                self._paths.append(self._final)
+
+    def flush(self) -> None:
+        """Finish the part in progress so it is a complete, readable file."""
+        self._finish_part()
+
+    def close(self) -> None:
+        """Finish the part in progress; later writes raise."""
+        if self._closed:
+            return
+        self._closed = True
+        self._finish_part()
+
+    def __repr__(self) -> str:
+        return f"ParquetSink({str(self.folder)!r}, basename={self.basename!r})"
+
+
+def _fsync_path(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def read_parquet(
+    path: str | os.PathLike,
+    *,
+    on_error: Callable[[TrajectoryLoadError], Any] | None = None,
+    batch_rows: int = 64,
+) -> Iterator[Trajectory]:
+    """Yield the trajectories of one Parquet file, equal to what was written.
+
+    A row that cannot be rebuilt becomes a :class:`TrajectoryLoadError` (row numbers from 0)
+    given to ``on_error`` (default: a warning); the other rows still load. Rows are read
+    ``batch_rows`` at a time, so memory stays bounded for large episodes.
+    """
+    pa, pq = _require_pyarrow()
+    report = on_error or warn_load_error
+    read_errors = (OSError, ValueError, pa.ArrowException)
+    try:
+        parquet_file = pq.ParquetFile(path)
+        names = parquet_file.schema_arrow.names
+    except read_errors as exc:
+        report(TrajectoryLoadError(path, None, f"cannot read Parquet file: {exc}"))
+        return
+    missing = [name for name in ("episode_id", "steps") if name not in names]
+    if missing:
+        report(
+            TrajectoryLoadError(
+                path, None, f"not an agenttrace trajectory file: no column {', '.join(missing)}"
+            )
+        )
+        return
+    row_index = 0
+    batches = parquet_file.iter_batches(batch_size=batch_rows)
+    while True:
+        try:
+            batch = next(batches, None)
+            rows = None if batch is None else batch.to_pylist()
+        except read_errors as exc:
+            report(TrajectoryLoadError(path, row_index, f"cannot read rows from here on: {exc}"))
+            return
+        if rows is None:
+            return
+        for row in rows:
+            try:
+                trajectory = row_to_trajectory(row)
+            except Exception as exc:  # one bad row never costs the others
+                report(TrajectoryLoadError(path, row_index, _describe(exc)))
+            else:
+                yield trajectory
+            row_index += 1
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing key {exc}"
+    return str(exc) or type(exc).__name__
+
+
+__all__ = [
+    "ParquetSink",
+    "arrow_schema",
+    "read_parquet",
+    "row_to_trajectory",
+    "trajectory_to_row",
+]

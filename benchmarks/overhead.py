@@ -1,0 +1,193 @@
+"""Per-step cost of agenttrace on gymnasium CartPole-v1, side by side in one run.
+
+Variants, each over the same number of steps with the same scripted policy:
+
+* ``bare``: the plain gymnasium loop;
+* ``raw SDK``: OpenTelemetry SDK spans of the same shape and attributes as agenttrace's
+  (episode > env.reset, timestep > agent.act + env.step), SimpleSpanProcessor and an exporter
+  that does nothing;
+* ``agenttrace``: the full pipeline: the tracing API, the TrajectoryProcessor writing
+  trajectories.jsonl *and* Parquet, and spans.jsonl (OTLP/JSON) through the lossless
+  exporter; the time includes the final flush, so background work is counted.
+
+It then counts spans and trajectories lost by reading the files back. Target: ratio
+agenttrace / raw SDK <= 1.3 and nothing lost. Run::
+
+    python benchmarks/overhead.py --steps 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import gymnasium as gym
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import set_span_in_context
+
+import agenttrace as at
+from agenttrace import semconv as sc
+from agenttrace.sinks import load_trajectories
+from agenttrace.trajectory import codec
+
+
+def policy(obs) -> int:
+    return int(obs[2] + obs[3] > 0)
+
+
+def run_bare(env, steps: int) -> tuple[int, int]:
+    done_steps = episodes = 0
+    while done_steps < steps:
+        obs, info = env.reset(seed=episodes)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, info = env.step(policy(obs))
+            done = terminated or truncated
+            done_steps += 1
+        episodes += 1
+    return done_steps, episodes
+
+
+class _NullExporter(SpanExporter):
+    def export(self, spans):
+        return SpanExportResult.SUCCESS
+
+
+def run_raw_sdk(env, steps: int) -> tuple[int, int]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_NullExporter()))
+    tracer = provider.get_tracer("bench")
+    done_steps = episodes = 0
+    while done_steps < steps:
+        episode_id = uuid.uuid4().hex
+        ids = {sc.EPISODE_ID: episode_id}
+        with tracer.start_as_current_span(sc.EPISODE, attributes=ids) as episode:
+            with tracer.start_as_current_span(sc.ENV_RESET, attributes=ids) as span:
+                obs, info = env.reset(seed=episodes)
+                span.set_attributes({sc.OBSERVATION: codec.dumps(obs), sc.INFO: codec.dumps(info)})
+            done = False
+            index = total = 0
+            while not done:
+                attrs = {sc.EPISODE_ID: episode_id, sc.TIMESTEP_INDEX: index}
+                with tracer.start_as_current_span(sc.TIMESTEP, attributes=attrs):
+                    with tracer.start_as_current_span(sc.AGENT_ACT, attributes=attrs) as span:
+                        action = policy(obs)
+                        span.set_attributes(
+                            {sc.OBSERVATION: codec.dumps(obs), sc.ACTION: codec.dumps(action)}
+                        )
+                    with tracer.start_as_current_span(sc.ENV_STEP, attributes=attrs) as span:
+                        obs, reward, terminated, truncated, info = env.step(action)
+                        span.set_attributes(
+                            {
+                                sc.OBSERVATION: codec.dumps(obs),
+                                sc.INFO: codec.dumps(info),
+                                sc.REWARD: float(reward),
+                                sc.TERMINATED: terminated,
+                                sc.TRUNCATED: truncated,
+                                sc.DONE: terminated or truncated,
+                            }
+                        )
+                total += reward
+                done = terminated or truncated
+                done_steps += 1
+                index += 1
+            episode.set_attributes(
+                {sc.EPISODE_STATUS: "completed", sc.EPISODE_RETURN: total, sc.EPISODE_LENGTH: index}
+            )
+        episodes += 1
+    provider.shutdown()
+    return done_steps, episodes
+
+
+def run_agenttrace(env, steps: int, out: Path) -> tuple[int, int, at.AgentTrace]:
+    runtime = at.configure(
+        out=str(out), run_name=uuid.uuid4().hex, sinks=["jsonl", "parquet"], spans=["file"]
+    )
+    done_steps = episodes = 0
+    while done_steps < steps:
+        with at.episode(env=env):
+            with at.env_reset() as reset:
+                obs, info = reset.record_result(env.reset(seed=episodes))
+            done = False
+            while not done:
+                with at.timestep():
+                    with at.agent_act() as act:
+                        action = policy(obs)
+                        act.record(observation=obs, action=action)
+                    with at.env_step() as step:
+                        obs, reward, terminated, truncated, info = step.record_result(
+                            env.step(action)
+                        )
+                done = terminated or truncated
+                done_steps += 1
+        episodes += 1
+    runtime.force_flush()
+    return done_steps, episodes, runtime
+
+
+def count_spans(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        with open(path) as handle:
+            for line in handle:
+                for resource in json.loads(line)["resourceSpans"]:
+                    for scope in resource["scopeSpans"]:
+                        total += len(scope["spans"])
+    return total
+
+
+def measure(fn, *args) -> tuple[float, tuple]:
+    gc.collect()
+    start = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - start, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians")
+    args = parser.parse_args()
+    env = gym.make("CartPole-v1")
+    run_bare(env, 2_000)  # warm up imports and caches
+    timings: dict[str, list[float]] = {"bare": [], "raw SDK": [], "agenttrace": []}
+    lost_spans = lost_trajectories = 0
+    total_steps = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.rounds):
+            seconds, (steps, _) = measure(run_bare, env, args.steps)
+            timings["bare"].append(seconds / steps * 1e6)
+            seconds, (steps, _) = measure(run_raw_sdk, env, args.steps)
+            timings["raw SDK"].append(seconds / steps * 1e6)
+            seconds, (steps, episodes, runtime) = measure(run_agenttrace, env, args.steps, Path(tmp))
+            timings["agenttrace"].append(seconds / steps * 1e6)
+            total_steps += steps
+            runtime.shutdown()
+            expected_spans = 2 * episodes + 3 * steps  # episode + reset, 3 spans per step
+            lost_spans += expected_spans - count_spans(runtime.span_paths)
+            jsonl = [p for p in runtime.trajectory_paths if p.suffix == ".jsonl"]
+            parquet = [p for p in runtime.trajectory_paths if p.suffix == ".parquet"]
+            lost_trajectories += episodes - len(load_trajectories(jsonl))
+            lost_trajectories += episodes - len(load_trajectories(parquet))
+            stats = runtime.stats()
+    medians = {name: statistics.median(values) for name, values in timings.items()}
+    print(f"CartPole-v1, {args.steps} steps per variant, median of {args.rounds} rounds")
+    print(f"{'variant':<12} {'us/step':>9}")
+    for name, value in medians.items():
+        print(f"{name:<12} {value:>9.1f}")
+    ratio = medians["agenttrace"] / medians["raw SDK"]
+    print(f"ratio agenttrace / raw SDK: {ratio:.2f}  (target <= 1.3)")
+    print(f"spans lost: {lost_spans}  trajectories lost: {lost_trajectories}  over {total_steps} steps")
+    print(f"agenttrace loss counters (last round): spans_dropped={stats['spans_dropped']}, "
+          f"writer_queue_dropped={stats['writer_queue_dropped']}")
+
+
+if __name__ == "__main__":
+    main()
