@@ -45,11 +45,13 @@ DROPPED_SPANS_ATTRIBUTE = "agenttrace.dropped_spans"
 
 
 class _Episode:
-    __slots__ = ("dropped_spans", "last_seen", "records", "root_span_id")
+    __slots__ = ("dropped_spans", "last_seen", "records", "root_span_id", "start_record")
 
     def __init__(self, root_span_id: int) -> None:
         self.root_span_id = root_span_id  # 0 until the episode span itself is seen
         self.records: list[SpanRecord] = []
+        # The episode span as it was at start: stands in for it if it never ends.
+        self.start_record: SpanRecord | None = None
         self.dropped_spans = 0
         self.last_seen = time.monotonic()
 
@@ -77,6 +79,7 @@ class TrajectoryProcessor(SpanProcessor):
         self._idle_timeout = idle_timeout
         self._open: dict[str, _Episode] = {}
         self._written: OrderedDict[str, None] = OrderedDict()  # recent ids, to spot late spans
+        self._rejected: OrderedDict[str, None] = OrderedDict()  # over the open-episode limit
         self._lock = threading.Lock()
         self._closed = False
         self._counts: Counter[str] = Counter()
@@ -113,7 +116,10 @@ class TrajectoryProcessor(SpanProcessor):
                     return
                 span.set_attribute(sc.EPISODE_ID, episode_id)
             if span.name == sc.EPISODE:
-                self._track(str(episode_id), span.context.span_id)
+                episode = self._track(str(episode_id), span.context.span_id)
+                if episode is not None and episode.start_record is None:
+                    record = record_from_span(span)
+                    episode.start_record = record._replace(attributes=dict(record.attributes))
         except Exception:
             self._internal_error("on_start")
 
@@ -164,7 +170,13 @@ class TrajectoryProcessor(SpanProcessor):
             if episode_id in self._written:
                 self._count_locked("late_spans")
                 return None
+            if episode_id in self._rejected:
+                return None
             if len(self._open) >= self._max_open:
+                # Rejected for good: taking it later would write it with spans missing.
+                self._rejected[episode_id] = None
+                if len(self._rejected) > 4 * self._max_open:
+                    self._rejected.popitem(last=False)
                 self._count_locked("episodes_dropped_open_limit")
                 return None
             episode = self._open[episode_id] = _Episode(root_span_id)
@@ -192,10 +204,13 @@ class TrajectoryProcessor(SpanProcessor):
                 continue
             episode_id, episode = item
             self._write_spans(episode.records)
+            records = episode.records
+            if episode.start_record is not None and not any(
+                r.span_id == episode.root_span_id for r in reversed(records)
+            ):
+                records = [episode.start_record, *records]  # the episode span never ended
             try:
-                trajectory = build_trajectory(
-                    episode.records, episode_id, trusted_scope=AGENTTRACE_SCOPE
-                )
+                trajectory = build_trajectory(records, episode_id, trusted_scope=AGENTTRACE_SCOPE)
             except Exception:
                 self._count("episodes_failed_assembly")
                 logger.exception("agenttrace: could not rebuild episode %r", episode_id)

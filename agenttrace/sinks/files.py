@@ -148,6 +148,10 @@ def warn_load_error(error: TrajectoryLoadError) -> None:
     warnings.warn(str(error), UserWarning, stacklevel=3)
 
 
+#: Trajectory files in a run folder start with this; a folder holding any is read for only those.
+RUN_FOLDER_PREFIX = "trajectories"
+
+
 def _has_suffix(path: Path) -> bool:
     return path.name.endswith(TRAJECTORY_SUFFIXES)
 
@@ -190,6 +194,9 @@ def _expand(source: Source) -> list[Path]:
             found = sorted(
                 (p for p in path.iterdir() if p.is_file() and _has_suffix(p)), key=_file_order
             )
+            # A run folder also holds spans.jsonl: prefer the sinks' own files when present.
+            named = [p for p in found if p.name.startswith(RUN_FOLDER_PREFIX)]
+            found = named or found
             if not found:
                 raise FileNotFoundError(
                     f"no trajectory files ({', '.join('*' + s for s in TRAJECTORY_SUFFIXES)}) "

@@ -57,7 +57,7 @@ _EMPTY: Mapping[str, Any] = {}
 
 def _plain_mapping(attributes: Any) -> Mapping[str, Any]:
     """The plain dict behind the SDK's BoundedAttributes (frozen once a span has ended)."""
-    if attributes is None:
+    if not attributes:
         return _EMPTY
     inner = getattr(attributes, "_dict", None)
     return inner if type(inner) is dict else dict(attributes)
@@ -79,7 +79,9 @@ def record_from_span(span: Any) -> SpanRecord:
         span.name,
         span.start_time,
         span.end_time,
-        _plain_mapping(span.attributes),
+        # ReadableSpan.attributes is a read-only proxy; the BoundedAttributes behind it is
+        # frozen once the span has ended, so its plain dict is shared, not copied.
+        _plain_mapping(getattr(span, "_attributes", None) or span.attributes),
         tuple(SpanEvent(e.name, e.timestamp, _plain_mapping(e.attributes)) for e in events)
         if events
         else (),

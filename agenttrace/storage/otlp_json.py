@@ -1,0 +1,1170 @@
+"""OTLP/JSON span files: the OpenTelemetry Collector ``file`` exporter's format, both ways.
+
+Each line is one ``{"resourceSpans": [...]}`` export request in the OTLP/JSON mapping (hex ids,
+64-bit integers as decimal strings, enums as integers). Writing it ourselves means a run leaves
+files that any OTLP tool reads, and reading it means the Collector's own files rebuild episodes
+exactly like live spans do (see docs/span-files.md).
+
+The encoder sits on the exporter's background thread, which competes for the GIL with the
+training loop, so it builds text from cached templates instead of dicts + ``json.dumps``. The
+reader parses with :mod:`json` itself: ``google.protobuf.json_format`` would read the hex ids as
+base64 (hex is valid base64) and corrupt them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import io
+import json
+import math
+import os
+import re
+import threading
+import warnings
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from gc import get_referents
+from json.encoder import encode_basestring_ascii as _quote  # the C implementation
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
+
+try:  # The API package (a hard dependency) owns the SDK's attribute container; see _items.
+    from opentelemetry.attributes import BoundedAttributes as _Bounded
+except ImportError:  # pragma: no cover - opentelemetry-api is always installed with agenttrace
+    _Bounded = None
+
+__all__ = [
+    "OtlpJsonLinesWriter",
+    "SpanFormatError",
+    "SpanFormatWarning",
+    "decode_line",
+    "encode_lines",
+    "iter_records",
+    "read_otlp_json",
+]
+
+PathLike = str | os.PathLike[str]
+Source = PathLike | Sequence[PathLike]
+
+
+class SpanFormatError(ValueError):
+    """A line, span or file that is not readable OTLP/JSON; says where, so it can be fixed.
+
+    ``source`` (file name), ``line`` (1-based) and ``span`` (0-based index of the span in its
+    line) are set when known; ``reason`` is the message without the location.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        span: int | None = None,
+    ) -> None:
+        self.reason = reason
+        self.source = source
+        self.line = line
+        self.span = span
+        where = ""
+        if source is not None:
+            where = source + (":%d" % line if line is not None else "") + ": "
+        elif line is not None:
+            where = "line %d: " % line
+        if span is not None:
+            where += "span %d: " % span
+        super().__init__(where + reason)
+
+    def located(self, source: str | None, line: int | None) -> SpanFormatError:
+        """The same error with the file and line it came from filled in."""
+        return SpanFormatError(self.reason, source=source, line=line, span=self.span)
+
+
+class SpanFormatWarning(UserWarning):
+    """Category of the warnings the readers give by default for unreadable lines or spans."""
+
+
+def _warn(error: SpanFormatError) -> None:
+    warnings.warn(str(error), SpanFormatWarning, stacklevel=3)
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------------
+
+_KIND_CODE = {"UNSPECIFIED": 0, "INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4,
+              "CONSUMER": 5}  # fmt: skip
+_STATUS_CODE = {"UNSET": 0, "OK": 1, "ERROR": 2}
+_STATUS_NO_MESSAGE = {"UNSET": "{}", "OK": '{"code":1}', "ERROR": '{"code":2}'}
+_CACHE_LIMIT = 4096  # entries per cache before it is emptied (keys made up at run time)
+
+# key -> '{"key":"<key>","value":{"<type>Value":' (one cache per Python value type)
+_STR_PREFIX: dict[str, str] = {}
+_INT_PREFIX: dict[str, str] = {}
+_FLOAT_PREFIX: dict[str, str] = {}
+_BOOL_PREFIX: dict[str, str] = {}
+_SCOPE_HEAD: dict[tuple[str, str | None], str] = {}
+_ARRAY_TEXT: dict[str, str] = {}  # repr of a short numeric tuple -> its arrayValue
+
+
+def _prefix(cache: dict[str, str], key: Any, field: str) -> str:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()  # cleared in place: _attributes holds bound .get methods of these dicts
+    text = '{"key":%s,"value":{"%s":' % (_quote(key if type(key) is str else str(key)), field)
+    cache[key] = text
+    return text
+
+
+def _float(value: float) -> str:
+    if value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+        return repr(value)
+    if value != value:
+        return '"NaN"'
+    return '"Infinity"' if value > 0 else '"-Infinity"'
+
+
+def _array(value: tuple[Any, ...] | list[Any]) -> str:
+    """arrayValue of a sequence; C-level joins for the homogeneous sequences the SDK keeps."""
+    if not value:
+        return '{"arrayValue":{}}'
+    first = type(value[0])
+    if first is str:
+        try:
+            return (
+                '{"arrayValue":{"values":[{"stringValue":'
+                + '},{"stringValue":'.join(map(_quote, value))
+                + "}]}}"
+            )
+        except TypeError:  # not all strings
+            return _mixed_array(value)
+    if len(value) > 8:
+        return _number_array(value)
+    # Short numeric tuples (shapes, small vectors) repeat: cache by repr, which tells 1, 1.0 and
+    # True apart where tuple equality would not.
+    key = repr(value)
+    text = _ARRAY_TEXT.get(key)
+    if text is None:
+        if len(_ARRAY_TEXT) >= _CACHE_LIMIT:
+            _ARRAY_TEXT.clear()
+        text = _ARRAY_TEXT[key] = _number_array(value)
+    return text
+
+
+def _number_array(value: tuple[Any, ...] | list[Any]) -> str:
+    types = set(map(type, value))
+    if len(types) == 1:
+        t = types.pop()
+        if t is int:
+            return (
+                '{"arrayValue":{"values":[{"intValue":"'
+                + '"},{"intValue":"'.join(map(int.__repr__, value))
+                + '"}]}}'
+            )
+        if t is float:
+            return (
+                '{"arrayValue":{"values":[{"doubleValue":'
+                + '},{"doubleValue":'.join(map(_float, value))
+                + "}]}}"
+            )
+    return _mixed_array(value)
+
+
+def _mixed_array(value: tuple[Any, ...] | list[Any]) -> str:
+    return '{"arrayValue":{"values":[%s]}}' % ",".join([_any_value(v) for v in value])
+
+
+def _any_value(value: Any) -> str:
+    """One AnyValue object; the general path, for arrays' items and uncommon types."""
+    t = type(value)
+    if t is str:
+        return '{"stringValue":%s}' % _quote(value)
+    if t is bool:
+        return '{"boolValue":true}' if value else '{"boolValue":false}'
+    if t is int:
+        return '{"intValue":"%d"}' % value
+    if t is float:
+        return '{"doubleValue":%s}' % _float(value)
+    if t is tuple or t is list:
+        return _array(value)
+    if isinstance(value, bool):
+        return '{"boolValue":true}' if value else '{"boolValue":false}'
+    if isinstance(value, str):
+        return '{"stringValue":%s}' % _quote(str(value))
+    if isinstance(value, int):
+        return '{"intValue":"%d"}' % value
+    if isinstance(value, float):  # numpy.float64 and friends
+        return '{"doubleValue":%s}' % _float(float(value))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return '{"bytesValue":"%s"}' % base64.b64encode(value).decode("ascii")
+    if isinstance(value, Mapping):
+        return '{"kvlistValue":{"values":[%s]}}' % _attributes(value)
+    if value is None:
+        return "{}"
+    if hasattr(value, "__index__"):  # numpy integers
+        return '{"intValue":"%d"}' % value.__index__()
+    if isinstance(value, Sequence):
+        return _array(tuple(value))
+    # Not an OTel value: keep it readable rather than fail the whole batch on the exporter thread.
+    return '{"stringValue":%s}' % _quote(str(value))
+
+
+def _items(attributes: Mapping[str, Any]) -> Iterable[tuple[str, Any]]:
+    """The (key, value) pairs, fast for the SDK's containers.
+
+    SDK spans expose ``MappingProxyType(BoundedAttributes)``; BoundedAttributes inherits
+    ``MutableMapping.items()``, a Python generator calling ``__getitem__`` per key, which costs
+    more than the encoding itself. Its plain ``_dict`` gives the same pairs; copied first (one
+    C call, atomic under the GIL) because an open span's attributes may change on another
+    thread. ``gc.get_referents`` is how to see inside a mappingproxy from Python.
+    """
+    t = type(attributes)
+    if t is dict:
+        return attributes.items()
+    if t is MappingProxyType:
+        inner = get_referents(attributes)
+        if len(inner) == 1:
+            attributes = inner[0]
+            t = type(attributes)
+    if t is _Bounded:
+        return attributes._dict.copy().items()  # type: ignore[attr-defined]
+    return attributes.items()
+
+
+def _put_attributes(
+    append: Callable[[str], None],
+    attributes: Mapping[str, Any],
+    str_get: Callable[[str], str | None] = _STR_PREFIX.get,
+    int_get: Callable[[str], str | None] = _INT_PREFIX.get,
+    float_get: Callable[[str], str | None] = _FLOAT_PREFIX.get,
+    bool_get: Callable[[str], str | None] = _BOOL_PREFIX.get,
+) -> None:
+    """Append KeyValue objects as pieces, each followed by a comma (the caller drops the last).
+
+    Pieces instead of one string: joined once per batch, the text is copied once.
+    """
+    quote = _quote
+    for key, value in _items(attributes):
+        t = type(value)
+        if t is str:
+            append(str_get(key) or _prefix(_STR_PREFIX, key, "stringValue"))
+            append(quote(value))
+            append("}},")
+        elif t is int:
+            append('%s"%d"}},' % (int_get(key) or _prefix(_INT_PREFIX, key, "intValue"), value))
+        elif t is float:
+            append(float_get(key) or _prefix(_FLOAT_PREFIX, key, "doubleValue"))
+            append(repr(value) if value - value == 0.0 else _float(value))
+            append("}},")
+        elif t is bool:
+            append(
+                (bool_get(key) or _prefix(_BOOL_PREFIX, key, "boolValue"))
+                + ("true}}," if value else "false}},")
+            )
+        elif t is tuple:
+            append('{"key":%s,"value":%s},' % (quote(key), _array(value)))
+        else:
+            append(
+                '{"key":%s,"value":%s},'
+                % (quote(key if type(key) is str else str(key)), _any_value(value))
+            )
+
+
+def _attributes(attributes: Mapping[str, Any]) -> str:
+    """Comma-separated KeyValue objects (without the brackets)."""
+    pieces: list[str] = []
+    _put_attributes(pieces.append, attributes)
+    if pieces:
+        pieces[-1] = pieces[-1][:-1]
+    return "".join(pieces)
+
+
+def _events(events: Iterable[SpanEvent]) -> str:
+    parts = []
+    for name, time, attributes in events:
+        if attributes:
+            parts.append(
+                '{"timeUnixNano":"%d","name":%s,"attributes":[%s]}'
+                % (time or 0, _quote(name), _attributes(attributes))
+            )
+        else:
+            parts.append('{"timeUnixNano":"%d","name":%s}' % (time or 0, _quote(name)))
+    return '"events":[%s],' % ",".join(parts)
+
+
+def _links(links: Iterable[SpanLink]) -> str:
+    parts = []
+    for trace_id, span_id, attributes in links:
+        if attributes:
+            parts.append(
+                '{"traceId":"%032x","spanId":"%016x","attributes":[%s]}'
+                % (trace_id, span_id, _attributes(attributes))
+            )
+        else:
+            parts.append('{"traceId":"%032x","spanId":"%016x"}' % (trace_id, span_id))
+    return '"links":[%s],' % ",".join(parts)
+
+
+def _status(code: Any, message: str | None) -> str:
+    name = code if type(code) is str else getattr(code, "name", str(code))
+    number = _STATUS_CODE.get(name, 0)
+    if message is None:
+        return _STATUS_NO_MESSAGE.get(name, "{}")
+    if number:
+        return '{"code":%d,"message":%s}' % (number, _quote(message))
+    return '{"message":%s}' % _quote(message)
+
+
+def _kind_code(kind: Any) -> int:
+    return _KIND_CODE.get(kind if type(kind) is str else getattr(kind, "name", str(kind)), 0)
+
+
+def _scope_head(name: str, version: str | None) -> str:
+    key = (name, version)
+    head = _SCOPE_HEAD.get(key)
+    if head is None:
+        if len(_SCOPE_HEAD) >= _CACHE_LIMIT:
+            _SCOPE_HEAD.clear()
+        if not version:  # None or "", both written as absent like protobuf does
+            head = '{"scope":{"name":%s},"spans":[' % _quote(name or "")
+        else:
+            head = '{"scope":{"name":%s,"version":%s},"spans":[' % (
+                _quote(name or ""),
+                _quote(version),
+            )
+        _SCOPE_HEAD[key] = head
+    return head
+
+
+_NOTHING = object()
+_SPAN_HEAD = '{"traceId":"%s","spanId":"%016x",%s"name":%s,"kind":%d,"startTimeUnixNano":"%d",'
+
+
+def encode_lines(records: Iterable[SpanRecord]) -> str:
+    """One OTLP/JSON line (no newline) holding ``records``, grouped by resource and scope.
+
+    The result is what the Collector's file exporter writes per batch, valid for ``json.loads``
+    (NaN and infinities become the strings OTLP/JSON uses). Open spans (``end_time`` None)
+    are written without ``endTimeUnixNano``.
+    """
+    # resource text -> (scope name, scope version) -> pieces of span texts, each span ending
+    # in a comma; first appearance order.
+    groups: dict[str, dict[tuple[str, str | None], list[str]]] = {}
+    # id(resource mapping) -> (mapping, its text); holding the mapping keeps the id valid.
+    resources: dict[int, tuple[Any, str]] = {}
+    last_resource: Any = _NOTHING
+    last_scope: tuple[str, str | None] = ("", None)
+    last_trace_id = -1
+    trace_text = ""
+    pieces: list[str] = []
+    append = pieces.append
+    kind_code = _KIND_CODE
+    status_no_message = _STATUS_NO_MESSAGE
+    quote = _quote
+    head_template = _SPAN_HEAD
+    put_attributes = _put_attributes
+    for record in records:
+        (
+            trace_id,
+            span_id,
+            parent_id,
+            name,
+            start,
+            end,
+            attributes,
+            events,
+            status_code,
+            status_message,
+            kind,
+            resource,
+            scope_name,
+            scope_version,
+            links,
+            parent_is_remote,
+            sampled,
+            *_,  # fields added to SpanRecord later are not OTLP's business
+        ) = record
+        if (
+            resource is not last_resource
+            or scope_name != last_scope[0]
+            or scope_version != last_scope[1]
+        ):
+            entry = resources.get(id(resource))
+            if entry is None:
+                text = (
+                    '{"resource":{"attributes":[%s]},"scopeSpans":[' % _attributes(resource)
+                    if resource
+                    else '{"resource":{},"scopeSpans":['
+                )
+                entry = resources[id(resource)] = (resource, text)
+            last_resource = resource
+            last_scope = (scope_name, scope_version)
+            pieces = groups.setdefault(entry[1], {}).setdefault(last_scope, [])
+            append = pieces.append
+        if trace_id != last_trace_id:  # a batch is mostly one trace: format its id once
+            trace_text = "%032x" % trace_id
+            last_trace_id = trace_id
+        if parent_id:
+            head = (
+                '"parentSpanId":"%016x",' % parent_id
+                if not parent_is_remote
+                # HAS_IS_REMOTE | IS_REMOTE, and the W3C trace flags in the low byte
+                else '"parentSpanId":"%016x","flags":%d,' % (parent_id, 769 if sampled else 768)
+            )
+        else:
+            head = ""
+        append(
+            head_template
+            % (
+                trace_text,
+                span_id,
+                head,
+                quote(name),
+                kind_code.get(kind, 0) if type(kind) is str else _kind_code(kind),
+                start or 0,
+            )
+        )
+        if end is not None:
+            append('"endTimeUnixNano":"%d",' % end)
+        if attributes:
+            append('"attributes":[')
+            put_attributes(append, attributes)
+            pieces[-1] = pieces[-1][:-1]
+            append("],")
+        if events:
+            append(_events(events))
+        if links:
+            append(_links(links))
+        if status_message is None:
+            append(
+                '"status":%s},' % (status_no_message.get(status_code) or _status(status_code, None))
+            )
+        else:
+            append('"status":%s},' % _status(status_code, status_message))
+    out = ['{"resourceSpans":[']
+    for resource_text, scopes in groups.items():
+        out.append(resource_text)
+        for scope, span_pieces in scopes.items():
+            out.append(_scope_head(*scope))
+            span_pieces[-1] = span_pieces[-1][:-1]  # the last span's comma
+            out.extend(span_pieces)
+            out.append("]},")
+        out[-1] = "]}"  # no comma after the last scope
+        out.append("]},")
+    if groups:
+        out[-1] = "]}"  # no comma after the last resource
+    out.append("]}")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+# --------------------------------------------------------------------------------------------
+
+_KIND_NAME: dict[Any, str] = {}
+for _name, _code in _KIND_CODE.items():
+    _KIND_NAME[_code] = _name
+    _KIND_NAME[_name] = _name
+    _KIND_NAME["SPAN_KIND_" + _name] = _name
+for _key in (0, "UNSPECIFIED", "SPAN_KIND_UNSPECIFIED"):
+    _KIND_NAME[_key] = "INTERNAL"  # what the SDK assumes when no kind is given
+_STATUS_NAME: dict[Any, str] = {}
+for _name, _code in _STATUS_CODE.items():
+    _STATUS_NAME[_code] = _name
+    _STATUS_NAME[_name] = _name
+    _STATUS_NAME["STATUS_CODE_" + _name] = _name
+del _name, _code, _key
+
+_B64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
+_OTHER_SIGNALS = ("resourceLogs", "resourceMetrics", "resourceProfiles", "resource_logs",
+                  "resource_metrics")  # fmt: skip
+_FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _id(value: Any, size: int, what: str) -> int:
+    """Hex (the OTLP/JSON spec) or base64 (protobuf's generic JSON, Tempo) ids, by length."""
+    if type(value) is not str:
+        raise SpanFormatError("%s must be a string, got %s" % (what, _json_type(value)))
+    # isascii + isalnum shut out what int(..., 16) would forgive: "_", spaces, signs, non-ASCII
+    # digits; the "0x" prefix it also takes is ruled out by position.
+    if len(value) == 2 * size and value.isascii() and value.isalnum() and value[1] not in "xX":
+        try:
+            return int(value, 16)
+        except ValueError:
+            pass
+    elif 0 < len(value) <= 4 * ((size + 2) // 3) and _B64.fullmatch(value):
+        try:
+            raw = base64.b64decode(
+                value.replace("-", "+").replace("_", "/") + "=" * (-len(value) % 4),
+                validate=True,
+            )
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) == size:
+            return int.from_bytes(raw, "big")
+    raise SpanFormatError(
+        "%s %r is neither %d hex digits nor base64 of %d bytes" % (what, value, 2 * size, size)
+    )
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+               int: "a number", float: "a number", type(None): "null"}  # fmt: skip
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _nanos(value: Any, what: str) -> int:
+    if type(value) is str:
+        if value.isascii() and value.isdigit():
+            return int(value)
+    elif type(value) is int:
+        return value
+    elif type(value) is float and value.is_integer():
+        return int(value)
+    raise SpanFormatError("%s must be a decimal string of nanoseconds, got %r" % (what, value))
+
+
+def _decode_value(value: Any) -> Any:
+    """AnyValue JSON -> the Python value the SDK would hold (tuples for arrays)."""
+    if type(value) is not dict:
+        if value is None:
+            return None
+        raise SpanFormatError("value must be an object, got %s" % _json_type(value))
+    for field, x in value.items():
+        if field == "stringValue":
+            if type(x) is str:
+                return x
+        elif field == "intValue":
+            if type(x) is str:
+                try:
+                    return int(x)
+                except ValueError:
+                    pass
+            elif type(x) is int or (type(x) is float and x.is_integer()):
+                return int(x)
+        elif field == "doubleValue":
+            if type(x) is float or type(x) is int:
+                return float(x)
+            if type(x) is str:
+                special = _FLOAT_WORDS.get(x)
+                if special is not None:
+                    return special
+                try:
+                    return float(x)
+                except ValueError:
+                    pass
+        elif field == "boolValue":
+            if type(x) is bool:
+                return x
+        elif field == "arrayValue":
+            if type(x) is dict:
+                items = x.get("values") or []
+                if type(items) is list:
+                    return tuple([_decode_value(v) for v in items])
+        elif field == "kvlistValue":
+            if type(x) is dict:
+                items = x.get("values") or []
+                if type(items) is list:
+                    return _decode_attributes(items, "kvlist")
+        elif field == "bytesValue":
+            if type(x) is str:
+                try:
+                    return base64.b64decode(
+                        x.replace("-", "+").replace("_", "/") + "=" * (-len(x) % 4),
+                        validate=True,
+                    )
+                except (binascii.Error, ValueError):
+                    pass
+        else:
+            raise SpanFormatError("unknown value type %r" % field)
+        raise SpanFormatError("bad %s %.80r" % (field, x))
+    return None  # an empty AnyValue: OTLP's "no value"
+
+
+def _decode_attributes(items: Any, where: str) -> dict[str, Any]:
+    """KeyValue array -> dict; ``where`` (span, event, link, resource) names it in errors."""
+    if not items:
+        return {}
+    if type(items) is not list:
+        raise SpanFormatError("%s attributes must be an array, got %s" % (where, _json_type(items)))
+    out: dict[str, Any] = {}
+    for item in items:
+        key = item.get("key") if type(item) is dict else None
+        if type(key) is not str:
+            raise SpanFormatError("%s attribute without a string key: %.80r" % (where, item))
+        value = item.get("value")
+        if type(value) is dict and len(value) == 1:  # fast path for the common scalars
+            text = value.get("stringValue")
+            if type(text) is str:
+                out[key] = text
+                continue
+            text = value.get("intValue")
+            if type(text) is str:
+                try:
+                    out[key] = int(text)
+                    continue
+                except ValueError:
+                    pass
+        try:
+            out[key] = _decode_value(value)
+        except SpanFormatError as error:
+            raise SpanFormatError(
+                "%s attribute %s: %s" % (where, _quote(key), error.reason)
+            ) from None
+    return out
+
+
+def _decode_span(
+    span: Any, resource: dict[str, Any], scope_name: str, scope_version: str | None
+) -> SpanRecord:
+    if type(span) is not dict:
+        raise SpanFormatError("span must be an object, got %s" % _json_type(span))
+    get = span.get
+    name = get("name", "")
+    if type(name) is not str:
+        raise SpanFormatError("name must be a string, got %s" % _json_type(name))
+    trace_hex = get("traceId")
+    if not trace_hex:
+        raise SpanFormatError("no traceId")
+    span_hex = get("spanId")
+    if not span_hex:
+        raise SpanFormatError("no spanId")
+    trace_id = _id(trace_hex, 16, "traceId")
+    span_id = _id(span_hex, 8, "spanId")
+    if not trace_id or not span_id:
+        raise SpanFormatError("all-zero traceId or spanId")
+    parent_hex = span.get("parentSpanId")
+    parent_id = _id(parent_hex, 8, "parentSpanId") if parent_hex else 0
+
+    start = span.get("startTimeUnixNano")
+    start = _nanos(start, "startTimeUnixNano") if start is not None else 0
+    end = span.get("endTimeUnixNano")
+    end = _nanos(end, "endTimeUnixNano") if end is not None else 0
+
+    kind_value = get("kind", 0)
+    kind = _KIND_NAME.get(kind_value) if type(kind_value) is not bool else None
+    if kind is None:
+        raise SpanFormatError("unknown kind %r" % (kind_value,))
+
+    status_code, status_message = "UNSET", None
+    status = get("status")
+    if status:
+        if type(status) is not dict:
+            raise SpanFormatError("status must be an object, got %s" % _json_type(status))
+        code = status.get("code", 0)
+        status_code = _STATUS_NAME.get(code) if type(code) is not bool else None
+        if status_code is None:
+            raise SpanFormatError("unknown status code %r" % (code,))
+        status_message = status.get("message")
+        if status_message is not None and type(status_message) is not str:
+            raise SpanFormatError("status message must be a string")
+
+    events: tuple[SpanEvent, ...] = ()
+    raw_events = get("events")
+    if raw_events:
+        if type(raw_events) is not list:
+            raise SpanFormatError("events must be an array, got %s" % _json_type(raw_events))
+        decoded_events = []
+        for event in raw_events:
+            if type(event) is not dict:
+                raise SpanFormatError("event must be an object, got %s" % _json_type(event))
+            event_name = event.get("name", "")
+            if type(event_name) is not str:
+                raise SpanFormatError("event name must be a string")
+            time = event.get("timeUnixNano")
+            decoded_events.append(
+                SpanEvent(
+                    event_name,
+                    _nanos(time, "event timeUnixNano") if time is not None else 0,
+                    _decode_attributes(event.get("attributes"), "event"),
+                )
+            )
+        events = tuple(decoded_events)
+
+    links: tuple[SpanLink, ...] = ()
+    raw_links = get("links")
+    if raw_links:
+        if type(raw_links) is not list:
+            raise SpanFormatError("links must be an array, got %s" % _json_type(raw_links))
+        decoded_links = []
+        for link in raw_links:
+            if type(link) is not dict:
+                raise SpanFormatError("link must be an object, got %s" % _json_type(link))
+            decoded_links.append(
+                SpanLink(
+                    _id(link.get("traceId"), 16, "link traceId"),
+                    _id(link.get("spanId"), 8, "link spanId"),
+                    _decode_attributes(link.get("attributes"), "link"),
+                )
+            )
+        links = tuple(decoded_links)
+
+    flags = get("flags", 0)
+    if type(flags) is not int:
+        flags = 0
+    return SpanRecord(
+        trace_id,
+        span_id,
+        parent_id,
+        name,
+        start,
+        end or None,  # OTLP leaves 0/absent for a span that has not ended
+        _decode_attributes(get("attributes"), "span"),
+        events,
+        status_code,
+        status_message,
+        kind,
+        resource,
+        scope_name,
+        scope_version,
+        links,
+        bool(flags & 0x200),  # SPAN_FLAGS_CONTEXT_IS_REMOTE
+        # Exported spans are sampled; writers such as the Python SDK leave the trace-flag byte
+        # at 0, so only a byte that is set but lacks the sampled bit says "not sampled".
+        not (flags & 0xFF) or bool(flags & 0x01),
+    )
+
+
+def _decode_document(
+    document: Any, on_span_error: Callable[[SpanFormatError], None]
+) -> list[SpanRecord]:
+    """Records of one parsed export request; a bad span (or resource/scope block) goes to
+    ``on_span_error`` and the rest are still returned."""
+    if type(document) is not dict:
+        raise SpanFormatError(
+            "expected an object with resourceSpans, got %s" % _json_type(document)
+        )
+    resource_spans = document.get("resourceSpans")
+    if resource_spans is None:
+        if "resource_spans" in document:
+            document = _camel_keys(document)
+            resource_spans = document["resourceSpans"]
+        elif any(key in document for key in _OTHER_SIGNALS):
+            return []  # logs or metrics sharing the file exporter: not ours to read
+        else:
+            keys = ", ".join(sorted(document)[:5]) or "none"
+            raise SpanFormatError("not an OTLP trace export: no resourceSpans (keys: %s)" % keys)
+    if type(resource_spans) is not list:
+        raise SpanFormatError("resourceSpans must be an array")
+    records: list[SpanRecord] = []
+    index = 0  # span index within the line, counted across resources and scopes
+    for r, block in enumerate(resource_spans):
+        try:
+            if type(block) is not dict:
+                raise SpanFormatError("not an object")
+            raw_resource = block.get("resource") or {}
+            if type(raw_resource) is not dict:
+                raise SpanFormatError("resource must be an object")
+            resource = _decode_attributes(raw_resource.get("attributes"), "resource")
+            scope_blocks = block.get("scopeSpans")
+            if scope_blocks is None:
+                scope_blocks = block.get("instrumentationLibrarySpans") or []  # OTLP < 0.15
+            if type(scope_blocks) is not list:
+                raise SpanFormatError("scopeSpans must be an array")
+        except Exception as error:  # RecursionError from absurd nesting included
+            skipped = _count_spans(block)
+            on_span_error(
+                SpanFormatError(
+                    "resourceSpans[%d]: %s; its %d span(s) skipped" % (r, _reason(error), skipped)
+                )
+            )
+            index += skipped
+            continue
+        for s, scope_block in enumerate(scope_blocks):
+            try:
+                if type(scope_block) is not dict:
+                    raise SpanFormatError("not an object")
+                scope = scope_block.get("scope") or scope_block.get("instrumentationLibrary") or {}
+                if type(scope) is not dict:
+                    raise SpanFormatError("scope must be an object")
+                scope_name = scope.get("name") or ""
+                # proto3 strings have no "unset": absent is "", as the SDK itself gives
+                scope_version = scope.get("version") or ""
+                if type(scope_name) is not str or type(scope_version) is not str:
+                    raise SpanFormatError("scope name and version must be strings")
+                spans = scope_block.get("spans") or []
+                if type(spans) is not list:
+                    raise SpanFormatError("spans must be an array")
+            except Exception as error:
+                skipped = _count_spans({"scopeSpans": [scope_block]})
+                on_span_error(
+                    SpanFormatError(
+                        "resourceSpans[%d].scopeSpans[%d]: %s; its %d span(s) skipped"
+                        % (r, s, _reason(error), skipped)
+                    )
+                )
+                index += skipped
+                continue
+            for span in spans:
+                try:
+                    records.append(_decode_span(span, resource, scope_name, scope_version))
+                except Exception as error:  # anything unforeseen in one span spoils only it
+                    reason = _reason(error)
+                    name = span.get("name") if type(span) is dict else None
+                    if type(name) is str:
+                        reason = "%s (span %s)" % (reason, _quote(name))
+                    on_span_error(SpanFormatError(reason, span=index))
+                index += 1
+    return records
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, SpanFormatError):
+        return error.reason
+    return "%s: %s" % (type(error).__name__, error)
+
+
+def _count_spans(block: Any) -> int:
+    try:
+        return sum(len(scope.get("spans") or ()) for scope in block.get("scopeSpans") or ())
+    except Exception:
+        return 0
+
+
+def _camel_keys(value: Any) -> Any:
+    """proto field names (``trace_id``) -> JSON names (``traceId``); keys only, never values."""
+    if type(value) is dict:
+        return {_camel(k): _camel_keys(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_camel_keys(v) for v in value]
+    return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _raise(error: SpanFormatError) -> None:
+    raise error
+
+
+def decode_line(line: str | bytes) -> list[SpanRecord]:
+    """Records of one OTLP/JSON export request; strict: the first problem raises.
+
+    Use :func:`iter_records` or :func:`read_otlp_json` to keep the good spans of a bad line.
+    Lines holding only logs or metrics give ``[]``.
+    """
+    try:
+        document = json.loads(line)
+    except ValueError as error:
+        raise SpanFormatError("invalid JSON: %s" % error) from None
+    return _decode_document(document, _raise)
+
+
+_NO_LINE = object()
+
+
+def iter_records(
+    lines: Iterable[str | bytes],
+    *,
+    source: str = "<lines>",
+    on_error: Callable[[SpanFormatError], None] | None = None,
+) -> Iterator[SpanRecord]:
+    """Records of OTLP/JSON lines, skipping what cannot be read instead of stopping.
+
+    ``on_error`` gets one :class:`SpanFormatError` per unreadable line and per unreadable
+    span (naming ``source``, the line number and the span index); by default each becomes a
+    :class:`SpanFormatWarning`. A last line without its newline that is not valid JSON is
+    reported as torn (its writer stopped mid-write). Blank lines are skipped.
+    """
+    report = on_error or _warn
+    number = 0
+    pending: Any = _NO_LINE
+    for line in lines:
+        if pending is not _NO_LINE:
+            yield from _line_records(pending, number, source, report, last=False)
+        pending = line
+        number += 1
+    if pending is not _NO_LINE:
+        yield from _line_records(pending, number, source, report, last=True)
+
+
+def _line_records(
+    line: str | bytes,
+    number: int,
+    source: str,
+    report: Callable[[SpanFormatError], None],
+    *,
+    last: bool,
+) -> list[SpanRecord]:
+    if not line.strip():
+        return []
+    try:
+        document = json.loads(line)
+    except ValueError as error:
+        newline = b"\n" if isinstance(line, bytes) else "\n"
+        if last and not line.endswith(newline):  # type: ignore[arg-type]
+            reason = "torn last line (no newline at the end and not valid JSON; the writer "
+            reason += "probably stopped mid-write), skipped"
+        else:
+            reason = "invalid JSON, line skipped: %s" % error
+        report(SpanFormatError(reason, source=source, line=number))
+        return []
+
+    def span_error(error: SpanFormatError) -> None:
+        report(error.located(source, number))
+
+    try:
+        return _decode_document(document, span_error)
+    except SpanFormatError as error:
+        span_error(error)
+        return []
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------
+
+_SPAN_FILE = re.compile(r"[^.].*\.(json|jsonl|ndjson)(\.gz)?", re.IGNORECASE)
+_ROTATED = re.compile(r"(.+?)(?:-(\d+))?((?:\.[A-Za-z0-9]+)*)")
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _file_order(path: Path) -> tuple[str, str, int, str]:
+    # spans.jsonl, spans-00001.jsonl, spans-00002.jsonl ... (a plain sort puts "-" before ".")
+    match = _ROTATED.fullmatch(path.name)
+    if match is None:  # pragma: no cover - the pattern matches every name
+        return (str(path.parent), path.name, -1, "")
+    stem, number, suffix = match.groups()
+    return (str(path.parent), stem, int(number) if number else -1, suffix)
+
+
+def _directory_files(folder: Path) -> list[Path]:
+    return sorted(
+        (p for p in folder.iterdir() if _SPAN_FILE.fullmatch(p.name) and p.is_file()),
+        key=_file_order,
+    )
+
+
+def _has_magic(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def _resolve(source: Source) -> list[Path]:
+    if isinstance(source, (list, tuple)):
+        paths: dict[Path, None] = {}  # ordered, each file once
+        for item in source:
+            paths.update(dict.fromkeys(_resolve(item)))
+        return list(paths)
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError("span source must be a path, a glob or a list of them, got %r" % source)
+    path = Path(source)
+    if path.is_dir():
+        files = _directory_files(path)
+        if not files:
+            raise FileNotFoundError(
+                "no span files (*.json, *.jsonl, *.ndjson, optionally .gz) in directory %s" % path
+            )
+        return files
+    if path.is_file():
+        return [path]
+    if isinstance(source, str) and _has_magic(source):
+        import glob
+
+        found: list[Path] = []
+        for match in sorted(glob.glob(source, recursive=True)):
+            found.extend(_directory_files(Path(match)) if os.path.isdir(match) else [Path(match)])
+        if not found:
+            raise FileNotFoundError("no span files match %r" % source)
+        return sorted(found, key=_file_order)
+    raise FileNotFoundError("no such span file or directory: %s" % os.fspath(source))
+
+
+def read_otlp_json(
+    source: Source, *, on_error: Callable[[SpanFormatError], None] | None = None
+) -> Iterator[SpanRecord]:
+    """Stream the span records of OTLP/JSON files, as written by us or the Collector.
+
+    ``source`` is a file, a directory (its ``*.json``, ``*.jsonl``, ``*.ndjson`` files, also
+    gzipped, in rotation order), a glob, or a list of these. Files are read line by line in
+    constant memory; gzip is recognised by suffix or content. Unreadable lines and spans go to
+    ``on_error`` as in :func:`iter_records`. A file that is a single pretty-printed document
+    (first line ``{``) is read whole. Raises FileNotFoundError at once if nothing matches.
+    """
+    paths = _resolve(source)  # eagerly, so a wrong path fails here and not at first next()
+    return _read_paths(paths, on_error or _warn)
+
+
+def _read_paths(
+    paths: list[Path], report: Callable[[SpanFormatError], None]
+) -> Iterator[SpanRecord]:
+    for path in paths:
+        yield from _read_file(path, report)
+
+
+def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterator[SpanRecord]:
+    name = str(path)
+    with open(path, "rb") as raw:
+        stream: io.BufferedIOBase = raw
+        compressed = path.suffix.lower() == ".gz" or raw.peek(2)[:2] == _GZIP_MAGIC
+        try:
+            if compressed:
+                stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+            head = stream.peek(1)[:1] if hasattr(stream, "peek") else b""
+        except (OSError, EOFError, zlib.error) as error:
+            report(SpanFormatError("unreadable gzip file: %s" % error, source=name))
+            return
+        if head and head not in b"{[ \t\r\n\xef":
+            report(
+                SpanFormatError(
+                    "not OTLP/JSON lines (starts with byte %r); the Collector's file exporter "
+                    "must use `format: json` without compression" % head,
+                    source=name,
+                )
+            )
+            return
+        lines = _safe_lines(stream, name, report)
+        first = next(lines, None)
+        if first is None:
+            return
+        if first.strip() in (b"{", b"["):  # one pretty-printed document, e.g. an API response
+            text = first + b"".join(lines)
+            yield from _line_records(text, 1, name, report, last=False)
+            return
+        yield from iter_records(_chain(first, lines), source=name, on_error=report)
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest
+
+
+def _safe_lines(
+    stream: io.BufferedIOBase, name: str, report: Callable[[SpanFormatError], None]
+) -> Iterator[bytes]:
+    """The lines of ``stream``; a truncated or corrupt gzip stream ends them with one report."""
+    count = 0
+    try:
+        for line in stream:
+            count += 1
+            yield line
+    except (OSError, EOFError, zlib.error) as error:
+        report(
+            SpanFormatError(
+                "compressed data ends or breaks after line %d: %s" % (count, error), source=name
+            )
+        )
+
+
+class OtlpJsonLinesWriter:
+    """Append batches of records to ``spans.jsonl`` as OTLP/JSON lines, rotating by size.
+
+    ``path_or_folder`` is a folder (created if needed; files are ``<basename>.jsonl``, then
+    ``<basename>-00001.jsonl``, ``-00002`` ... once each reaches ``max_bytes``) or a file path
+    ending in a suffix such as ``.jsonl`` (rotated names derive from it). Files are never
+    renamed, so a reader may follow them while they grow. Each batch is one line, written with
+    one write and flushed, so a crash can tear at most the last line; appending to a file whose
+    last byte is not a newline first ends that torn line. Restarting resumes the newest file.
+    Thread-safe; independent of the OpenTelemetry SDK.
+    """
+
+    def __init__(
+        self,
+        path_or_folder: PathLike,
+        *,
+        basename: str = "spans",
+        max_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive, got %r" % max_bytes)
+        path = Path(path_or_folder)
+        if path.is_dir() or (not path.exists() and not path.suffix):
+            self._folder, self._stem, self._suffix = path, basename, ".jsonl"
+        else:
+            if path.suffix.lower() == ".gz":
+                raise ValueError("OtlpJsonLinesWriter writes plain text; gzip files afterwards")
+            self._folder, self._stem, self._suffix = path.parent, path.stem, path.suffix
+        self._folder.mkdir(parents=True, exist_ok=True)
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._paths: list[Path] = []
+        self._file: io.BufferedWriter | None = None
+        self._size = 0
+        self._index = self._newest_index()
+        self._open()
+
+    def _path(self, index: int) -> Path:
+        if index == 0:
+            return self._folder / (self._stem + self._suffix)
+        return self._folder / ("%s-%05d%s" % (self._stem, index, self._suffix))
+
+    def _newest_index(self) -> int:
+        pattern = re.compile(re.escape(self._stem) + r"-(\d+)" + re.escape(self._suffix))
+        numbers = [
+            int(m.group(1)) for p in self._folder.iterdir() if (m := pattern.fullmatch(p.name))
+        ]
+        return max(numbers, default=0)
+
+    def _open(self) -> None:
+        path = self._path(self._index)
+        file = open(path, "ab")  # noqa: SIM115 - kept open across writes, closed in close()
+        size = file.tell()
+        if size:
+            with open(path, "rb") as check:
+                check.seek(size - 1)
+                if check.read(1) != b"\n":  # the previous writer died mid-line: end it
+                    file.write(b"\n")
+                    file.flush()
+                    size += 1
+        self._file, self._size = file, size
+        self._paths.append(path)
+        if size >= self._max_bytes:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        assert self._file is not None
+        self._file.close()
+        self._index += 1
+        self._open()
+
+    @property
+    def paths(self) -> list[Path]:
+        """The files this writer has written to (or opened to append), oldest first."""
+        return list(self._paths)
+
+    @property
+    def path(self) -> Path:
+        """The file the next batch goes to (unless it rotates first)."""
+        return self._paths[-1]
+
+    def write(self, records: Iterable[SpanRecord]) -> int:
+        """Append ``records`` as one line; returns the bytes written (0 for no records)."""
+        records = records if isinstance(records, (list, tuple)) else list(records)
+        if not records:
+            return 0
+        data = (encode_lines(records) + "\n").encode("utf-8")
+        with self._lock:
+            if self._file is None:
+                raise ValueError("OtlpJsonLinesWriter is closed")
+            if self._size and self._size + len(data) > self._max_bytes:
+                self._rotate()
+            self._file.write(data)
+            self._file.flush()
+            self._size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        """Push everything written to the operating system (each write already does)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close; later writes raise. Safe to call twice."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> OtlpJsonLinesWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
