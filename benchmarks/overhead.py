@@ -30,7 +30,6 @@ from pathlib import Path
 import gymnasium as gym
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import set_span_in_context
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -45,10 +44,10 @@ def policy(obs) -> int:
 def run_bare(env, steps: int) -> tuple[int, int]:
     done_steps = episodes = 0
     while done_steps < steps:
-        obs, info = env.reset(seed=episodes)
+        obs, _info = env.reset(seed=episodes)
         done = False
         while not done:
-            obs, reward, terminated, truncated, info = env.step(policy(obs))
+            obs, _reward, terminated, truncated, _info = env.step(policy(obs))
             done = terminated or truncated
             done_steps += 1
         episodes += 1
@@ -114,7 +113,7 @@ def run_agenttrace(env, steps: int, out: Path) -> tuple[int, int, at.AgentTrace]
     while done_steps < steps:
         with at.episode(env=env):
             with at.env_reset() as reset:
-                obs, info = reset.record_result(env.reset(seed=episodes))
+                obs, _info = reset.record_result(env.reset(seed=episodes))
             done = False
             while not done:
                 with at.timestep():
@@ -122,7 +121,7 @@ def run_agenttrace(env, steps: int, out: Path) -> tuple[int, int, at.AgentTrace]
                         action = policy(obs)
                         act.record(observation=obs, action=action)
                     with at.env_step() as step:
-                        obs, reward, terminated, truncated, info = step.record_result(
+                        obs, _reward, terminated, truncated, _info = step.record_result(
                             env.step(action)
                         )
                 done = terminated or truncated
@@ -166,7 +165,9 @@ def main() -> None:
             timings["bare"].append(seconds / steps * 1e6)
             seconds, (steps, _) = measure(run_raw_sdk, env, args.steps)
             timings["raw SDK"].append(seconds / steps * 1e6)
-            seconds, (steps, episodes, runtime) = measure(run_agenttrace, env, args.steps, Path(tmp))
+            seconds, (steps, episodes, runtime) = measure(
+                run_agenttrace, env, args.steps, Path(tmp)
+            )
             timings["agenttrace"].append(seconds / steps * 1e6)
             total_steps += steps
             runtime.shutdown()
@@ -184,9 +185,14 @@ def main() -> None:
         print(f"{name:<12} {value:>9.1f}")
     ratio = medians["agenttrace"] / medians["raw SDK"]
     print(f"ratio agenttrace / raw SDK: {ratio:.2f}  (target <= 1.3)")
-    print(f"spans lost: {lost_spans}  trajectories lost: {lost_trajectories}  over {total_steps} steps")
-    print(f"agenttrace loss counters (last round): spans_dropped={stats['spans_dropped']}, "
-          f"writer_queue_dropped={stats['writer_queue_dropped']}")
+    print(
+        f"spans lost: {lost_spans}  trajectories lost: {lost_trajectories}  "
+        f"over {total_steps} agenttrace steps"
+    )
+    print(
+        f"agenttrace loss counters (last round): spans_dropped={stats['spans_dropped']}, "
+        f"episodes_dropped_queue_full={stats['episodes_dropped_queue_full']}"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 
+from conftest import read_run
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
@@ -17,7 +18,6 @@ from agenttrace import semconv as sc
 from agenttrace.processing.trajectory_processor import DROPPED_SPANS_ATTRIBUTE
 from agenttrace.sinks import load_trajectories
 from agenttrace.storage import read_otlp_json
-from conftest import read_run
 
 
 def _episode(steps: int, *, task_id: str | None = None, terminal: bool = True) -> str:

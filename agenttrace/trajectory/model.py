@@ -77,6 +77,12 @@ def _optional_int_json(value: int | None) -> str:
     return "null" if value is None else "%d" % value
 
 
+_STEP_JSON = (
+    '{"index":%d,"observation":%s,"action":%s,"reward":%s,"terminated":%s,"truncated":%s,'
+    '"discount":%s,"info":%s,"start_time":%s,"end_time":%s,"llm_calls":%s,"tool_calls":%s}'
+)
+
+
 def _object_json(pairs: list[tuple[str, str]]) -> str:
     """A JSON object from already-encoded values, keys in the given order."""
     return "{" + ",".join(f'"{key}":{text}' for key, text in pairs) + "}"
@@ -217,21 +223,19 @@ class Step(_ValueEquality):
 
     def to_json(self) -> str:
         """Same document as ``to_dict``, with raw content spliced in undecoded."""
-        return _object_json(
-            [
-                ("index", "%d" % self.index),
-                ("observation", content_json(self, "observation")),
-                ("action", content_json(self, "action")),
-                ("reward", _number_json(self.reward)),
-                ("terminated", "true" if self.terminated else "false"),
-                ("truncated", "true" if self.truncated else "false"),
-                ("discount", _number_json(self.discount)),
-                ("info", content_json(self, "info")),
-                ("start_time", _optional_int_json(self.start_time)),
-                ("end_time", _optional_int_json(self.end_time)),
-                ("llm_calls", _dump_json([c.to_dict() for c in self.llm_calls])),
-                ("tool_calls", _dump_json([c.to_dict() for c in self.tool_calls])),
-            ]
+        return _STEP_JSON % (
+            self.index,
+            content_json(self, "observation"),
+            content_json(self, "action"),
+            _number_json(self.reward),
+            "true" if self.terminated else "false",
+            "true" if self.truncated else "false",
+            _number_json(self.discount),
+            content_json(self, "info"),
+            _optional_int_json(self.start_time),
+            _optional_int_json(self.end_time),
+            _dump_json([c.to_dict() for c in self.llm_calls]) if self.llm_calls else "[]",
+            _dump_json([c.to_dict() for c in self.tool_calls]) if self.tool_calls else "[]",
         )
 
     @classmethod
@@ -299,8 +303,25 @@ class Trajectory(_ValueEquality):
         }
 
     def to_json(self) -> str:
-        return json.dumps(
-            self.to_dict(), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        """One line of JSON (no newline); raw step content is spliced in undecoded."""
+        return _object_json(
+            [
+                ("schema", _dump_json(self.schema)),
+                ("episode_id", _dump_json(self.episode_id)),
+                ("trace_id", _dump_json(self.trace_id)),
+                ("task_id", _dump_json(self.task_id)),
+                ("status", _dump_json(self.status)),
+                ("error", _dump_json(self.error.to_dict() if self.error else None)),
+                ("start_time", _optional_int_json(self.start_time)),
+                ("end_time", _optional_int_json(self.end_time)),
+                ("return", _number_json(self.return_)),
+                ("length", "%d" % self.length),
+                ("attributes", _dump_json(encode(self.attributes))),
+                ("steps", "[" + ",".join([step.to_json() for step in self.steps]) + "]"),
+                ("final_observation", content_json(self, "final_observation")),
+                ("reset_info", content_json(self, "reset_info")),
+                ("missing_steps", _dump_json(list(self.missing_steps))),
+            ]
         )
 
     @classmethod

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from opentelemetry.trace import SpanKind, StatusCode
+
 
 class SpanEvent(NamedTuple):
     name: str
@@ -65,10 +67,61 @@ def _plain_mapping(attributes: Any) -> Mapping[str, Any]:
 
 def record_from_span(span: Any) -> SpanRecord:
     """Compact record of a finished (or started) SDK span; cheap enough for ``on_end``."""
+    try:
+        return _record_from_sdk_span(span)
+    except AttributeError:  # not the SDK's span class (or a future one): public API only
+        return _record_from_public_api(span)
+
+
+_STATUS_NAMES = {code: code.name for code in StatusCode}
+_KIND_NAMES = {kind: kind.name for kind in SpanKind}
+
+
+def _events(events: Any) -> tuple[SpanEvent, ...]:
+    return tuple(SpanEvent(e.name, e.timestamp, _plain_mapping(e.attributes)) for e in events)
+
+
+def _links(links: Any) -> tuple[SpanLink, ...]:
+    return tuple(
+        SpanLink(link.context.trace_id, link.context.span_id, _plain_mapping(link.attributes))
+        for link in links
+    )
+
+
+def _record_from_sdk_span(span: Any) -> SpanRecord:
+    """The hot path: reads the SDK span's fields directly (about 1 microsecond)."""
+    context = span._context
+    parent = span._parent
+    status = span._status
+    scope = span._instrumentation_scope
+    resource = span._resource
+    attributes = span._attributes
+    inner = getattr(attributes, "_dict", None)
+    return SpanRecord(
+        context.trace_id,
+        context.span_id,
+        parent.span_id if parent is not None else 0,
+        span._name,
+        span._start_time,
+        span._end_time,
+        # The BoundedAttributes of an ended span is frozen: share its dict, do not copy it.
+        inner if type(inner) is dict else _plain_mapping(attributes),
+        _events(span._events) if span._events else (),
+        _STATUS_NAMES[status.status_code],
+        status.description,
+        _KIND_NAMES[span._kind],
+        _plain_mapping(resource.attributes) if resource is not None else _EMPTY,
+        scope.name if scope is not None else "",
+        scope.version if scope is not None else None,
+        _links(span._links) if span._links else (),
+        parent.is_remote if parent is not None else False,
+        context.trace_flags.sampled,
+    )
+
+
+def _record_from_public_api(span: Any) -> SpanRecord:
     context = span.context
     parent = span.parent
-    events = span.events
-    links = span.links
     status = span.status
     scope = span.instrumentation_scope
     resource = span.resource
@@ -79,24 +132,15 @@ def record_from_span(span: Any) -> SpanRecord:
         span.name,
         span.start_time,
         span.end_time,
-        # ReadableSpan.attributes is a read-only proxy; the BoundedAttributes behind it is
-        # frozen once the span has ended, so its plain dict is shared, not copied.
-        _plain_mapping(getattr(span, "_attributes", None) or span.attributes),
-        tuple(SpanEvent(e.name, e.timestamp, _plain_mapping(e.attributes)) for e in events)
-        if events
-        else (),
+        _plain_mapping(span.attributes),
+        _events(span.events),
         status.status_code.name,
         status.description,
         span.kind.name,
         _plain_mapping(resource.attributes) if resource is not None else _EMPTY,
         scope.name if scope is not None else "",
         scope.version if scope is not None else None,
-        tuple(
-            SpanLink(link.context.trace_id, link.context.span_id, _plain_mapping(link.attributes))
-            for link in links
-        )
-        if links
-        else (),
+        _links(span.links),
         bool(parent.is_remote) if parent is not None else False,
         context.trace_flags.sampled,
     )
