@@ -1,4 +1,10 @@
-"""Which names must never be recorded (arguments, dict keys, headers)."""
+"""Which names must never be recorded (arguments, dict keys, headers).
+
+Names are split into lower-case words (``x-auth-token`` -> x, auth, token;
+``openaiApiKey`` -> openai, api, key) and matched word by word, so ``max_tokens``,
+``token_ids`` or ``secretary`` stay recordable while ``access_token``, ``OPENAI_API_KEY``,
+``Authorization`` and ``db_password`` do not.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,65 @@ import re
 
 REDACTED = "[REDACTED]"
 
-_SECRET_NAME = re.compile(
-    r"(api[_-]?key|apikey|token|passw(or)?d|passphrase|secret|authorization|auth[_-]?header"
-    r"|credential|cookie|private[_-]?key|session[_-]?key)",
-    re.IGNORECASE,
+_SECRET_WORDS = frozenset(
+    {
+        "apikey",
+        "token",
+        "password",
+        "passwd",
+        "pwd",
+        "passphrase",
+        "secret",
+        "secrets",
+        "authorization",
+        "credential",
+        "credentials",
+        "cookie",
+        "cookies",
+        "bearer",
+    }
 )
+_SECRET_PAIRS = frozenset(
+    {
+        ("api", "key"),
+        ("private", "key"),
+        ("session", "key"),
+        ("secret", "key"),
+        ("access", "key"),
+        ("auth", "header"),
+        ("auth", "key"),
+        ("signing", "key"),
+    }
+)
+# "token" after or before these words is an LLM token count or id list, not a credential
+# (max_tokens, token_ids); "id_token" or "refresh_token" stay secret.
+_COUNT_WORDS_BEFORE_TOKEN = frozenset(
+    {"max", "num", "n", "input", "output", "total", "prompt", "completion", "cached"}
+)
+_COUNT_WORDS_AFTER_TOKEN = frozenset(
+    {"ids", "id", "count", "counts", "usage", "type", "types", "len", "length", "limit", "per"}
+)
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 _cache: dict[str, bool] = {}
+
+
+def _words(name: str) -> list[str]:
+    return [word.lower() for word in _WORD.findall(name)]
+
+
+def _is_secret(name: str) -> bool:
+    words = _words(name)
+    for i, word in enumerate(words):
+        if word in _SECRET_WORDS:
+            if word == "token" and (
+                (i > 0 and words[i - 1] in _COUNT_WORDS_BEFORE_TOKEN)
+                or (i + 1 < len(words) and words[i + 1] in _COUNT_WORDS_AFTER_TOKEN)
+            ):
+                continue
+            return True
+        if i + 1 < len(words) and (word, words[i + 1]) in _SECRET_PAIRS:
+            return True
+    return False
 
 
 def is_secret_name(name: str) -> bool:
@@ -21,7 +80,7 @@ def is_secret_name(name: str) -> bool:
     """
     known = _cache.get(name)
     if known is None:
-        known = bool(_SECRET_NAME.search(name))
+        known = _is_secret(name)
         if len(_cache) < 10_000:
             _cache[name] = known
     return known

@@ -160,7 +160,7 @@ class _Scope:
         return runtime.tracer
 
     def start(self) -> _Scope:
-        """Start the span without making it current (see ``activate``)."""
+        """Start the span without making it current (``with scope:`` makes it current)."""
         if self._span is not None:
             return self
         try:
@@ -381,7 +381,11 @@ def _generator_wrapper(func: Callable[..., Any], begin: Callable) -> Callable[..
                 except BaseException as exc:  # thrown in by the caller: pass it on inside
                     throw = exc
         except GeneratorExit:
-            inner.close()  # closed early: not an error
+            scope._attach()  # the generator's own cleanup runs inside its span
+            try:
+                inner.close()  # closed early: not an error
+            finally:
+                scope._detach()
         except BaseException as exc:
             error = exc
             raise
@@ -422,7 +426,11 @@ def _async_generator_wrapper(func: Callable[..., Any], begin: Callable) -> Calla
                 except BaseException as exc:
                     throw = exc
         except GeneratorExit:
-            await inner.aclose()
+            scope._attach()
+            try:
+                await inner.aclose()
+            finally:
+                scope._detach()
         except BaseException as exc:
             error = exc
             raise
@@ -459,7 +467,11 @@ def _first_argument(bound: inspect.BoundArguments | None, names: tuple[str, ...]
     for name in names:
         if name in arguments:
             return arguments[name]
-    params = [p for p in bound.signature.parameters.values() if p.name not in ("self", "cls")]
+    params = [
+        p
+        for p in bound.signature.parameters.values()
+        if p.name not in ("self", "cls") and not is_secret_name(p.name)
+    ]
     for param in params:
         if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
             return arguments.get(param.name, _UNSET)
@@ -724,11 +736,16 @@ class EpisodeScope(_Scope):
         return _Frame(state, None)
 
     def _started(self) -> None:
-        if self._env is None or self._frame is None or self._frame.episode is None:
+        if self._env is not None:
+            self._register_env(self._env)
+
+    def _register_env(self, env: Any) -> None:
+        """Remember the episode's env, ending an episode still open on it as abandoned."""
+        if self._frame is None or self._frame.episode is None:
             return
         state = self._frame.episode
         runtime = state.runtime
-        state.env_key = id(self._env)
+        state.env_key = id(env)
         with runtime.env_lock:
             previous = runtime.open_episodes_by_env.get(state.env_key)
             runtime.open_episodes_by_env[state.env_key] = state
@@ -743,6 +760,13 @@ class EpisodeScope(_Scope):
             value = arguments.get(name)
             if isinstance(value, (str, int)) and not isinstance(value, bool):
                 self.set_attribute(key, value)
+        env = arguments.get("env")
+        if self._env is None and env is not None and hasattr(env, "step"):
+            self._env = env
+            name = _env_name(env)
+            if name and sc.ENV_NAME not in self._attributes:
+                self.set_attribute(sc.ENV_NAME, name)
+            self._register_env(env)
 
     @property
     def id(self) -> str | None:
@@ -932,7 +956,7 @@ class LLMCallScope(_Scope):
         for name in ("temperature", "top_p", "max_tokens", "seed"):
             value = arguments.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.set_attribute(f"gen_ai.request.{name}", value)
+                self._span.set_attribute(f"gen_ai.request.{name}", value)  # type: ignore[union-attr]
 
     def _on_return(self, result: Any) -> None:
         if isinstance(result, str):

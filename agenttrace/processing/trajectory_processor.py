@@ -104,8 +104,7 @@ class TrajectoryProcessor(SpanProcessor):
         if self._closed:
             return
         try:
-            attributes = span.attributes
-            episode_id = attributes.get(sc.EPISODE_ID) if attributes else None
+            episode_id = _attributes_of(span).get(sc.EPISODE_ID)
             if episode_id is None:
                 parent = trace.get_current_span(parent_context)
                 parent_attributes = getattr(parent, "attributes", None)
@@ -127,18 +126,17 @@ class TrajectoryProcessor(SpanProcessor):
         if self._closed:
             return
         try:
-            attributes = span.attributes
-            episode_id = attributes.get(sc.EPISODE_ID) if attributes else None
+            record = record_from_span(span)
+            episode_id = record.attributes.get(sc.EPISODE_ID)
             if episode_id is None:
                 if self.span_writer is not None:
-                    self._put_spans([record_from_span(span)])
+                    self._put_spans([record])
                 return
             episode_id = str(episode_id)
-            is_root = span.name == sc.EPISODE
-            record = record_from_span(span)
+            is_root = record.name == sc.EPISODE
             episode = self._open.get(episode_id)
             if episode is None:
-                episode = self._track(episode_id, span.context.span_id if is_root else 0)
+                episode = self._track(episode_id, record.span_id if is_root else 0)
                 if episode is None:  # late, or over the open-episode limit
                     if self.span_writer is not None:
                         self._put_spans([record])
@@ -151,7 +149,7 @@ class TrajectoryProcessor(SpanProcessor):
                 return
             episode.records.append(record)
             episode.last_seen = time.monotonic()
-            if is_root and span.context.span_id in (episode.root_span_id, 0):
+            if is_root and record.span_id in (episode.root_span_id, 0):
                 self._finish(episode_id)
         except Exception:
             self._internal_error("on_end")
@@ -356,6 +354,14 @@ _LOSS_COUNTERS = (
     "episodes_failed_assembly",
 )
 _ALL_COUNTERS = (*_LOSS_COUNTERS, "episodes_expired_idle", "episodes_open_at_shutdown")
+
+
+def _attributes_of(span: Any) -> Any:
+    """The span's attributes without building a read-only proxy (the SDK's, when it is one)."""
+    inner = getattr(getattr(span, "_attributes", None), "_dict", None)
+    if type(inner) is dict:
+        return inner
+    return span.attributes or {}
 
 
 class _CallableSink:

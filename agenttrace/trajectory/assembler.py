@@ -168,7 +168,7 @@ def build_trajectory(
         start_time=start,
         end_time=end,
         return_=float(episode_return),
-        length=length if isinstance(length, int) else len(steps),
+        length=length if isinstance(length, int) else expected,
         attributes=attributes,
         steps=steps,
         final_observation=final_observation,
