@@ -8,11 +8,11 @@ import math
 import warnings
 
 import numpy as np
+from conftest import read_run
 
 import agenttrace as at
 from agenttrace.sinks import JsonDirSink, load_trajectories
 from agenttrace.trajectory.codec import UnserializableValueWarning, values_equal
-from conftest import read_run
 
 
 def _good_episode(task: str) -> None:

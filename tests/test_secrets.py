@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import read_run
 
 import agenttrace as at
 from agenttrace._secrets import is_secret_name
-from conftest import read_run
 
 SECRET = [
     "api_key",
