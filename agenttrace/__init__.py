@@ -34,7 +34,7 @@ from agenttrace.instrument.spans import (
     timestep,
 )
 from agenttrace.pipeline import AgentTrace, configure, force_flush, get_default, shutdown
-from agenttrace.processing.span_export import LosslessSpanProcessor, OtlpJsonFileSpanExporter
+from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.trajectory import (
     EpisodeError,
@@ -70,7 +70,6 @@ __all__ = (
     "shutdown",
     # processing
     "LosslessSpanProcessor",
-    "OtlpJsonFileSpanExporter",
     "TrajectoryProcessor",
     # trajectories
     "EpisodeError",

@@ -101,7 +101,7 @@ def test_a_failing_sink_loses_only_its_own_copy(tmp_path, caplog) -> None:
         runtime.force_flush()
     assert [t.episode_id for t in good] == ids
     assert [t.episode_id for t in load_trajectories(runtime.trajectory_paths)] == ids
-    assert runtime.stats()["sink_errors"] == {"_CallableSink": 4}
+    assert runtime.stats()["sink_errors"] == {"CallbackSink": 4}
     assert caplog.text.count("disk on fire") == 1
 
 

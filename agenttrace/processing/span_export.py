@@ -3,24 +3,20 @@
 The SDK's BatchSpanProcessor drops 50-90 % of spans at full RL speed on a 2-core machine (its
 worker starves for the GIL and a full queue silently evicts). :class:`LosslessSpanProcessor`
 queues finished spans for any SpanExporter and makes the caller wait for room instead; a span
-is dropped only after ``block_timeout`` and then counted. :class:`OtlpJsonFileSpanExporter`
-writes the OpenTelemetry Collector file-exporter format (OTLP/JSON lines) into the run folder.
+is dropped only after ``block_timeout`` and then counted. agenttrace uses it for the OTLP
+endpoint; the run folder's spans.jsonl is written by the TrajectoryProcessor from the records
+it already makes.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Sequence
-from pathlib import Path
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from agenttrace.processing._worker import BackgroundWorker
-from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
-from agenttrace.trajectory.records import record_from_span
 
 logger = logging.getLogger("agenttrace")
 
@@ -104,25 +100,3 @@ class LosslessSpanProcessor(SpanProcessor):
                 self.dropped,
                 self.failed,
             )
-
-
-class OtlpJsonFileSpanExporter(SpanExporter):
-    """Writes spans as OTLP/JSON lines (Collector file-exporter format), rotating by size."""
-
-    def __init__(self, folder: str | os.PathLike[str], *, max_bytes: int = 256 * 1024 * 1024):
-        self._writer = OtlpJsonLinesWriter(Path(folder), basename="spans", max_bytes=max_bytes)
-
-    @property
-    def paths(self) -> list[Path]:
-        return list(self._writer.paths)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self._writer.write([record_from_span(span) for span in spans])
-        return SpanExportResult.SUCCESS
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        self._writer.flush()
-        return True
-
-    def shutdown(self) -> None:
-        self._writer.close()

@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from agenttrace import semconv as sc
 from agenttrace.processing._worker import BackgroundWorker
 from agenttrace.sinks.base import Sink
+from agenttrace.sinks.callback import CallbackSink
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.assembler import build_trajectory
 from agenttrace.trajectory.model import Trajectory
@@ -364,23 +365,9 @@ def _attributes_of(span: Any) -> Any:
     return span.attributes or {}
 
 
-class _CallableSink:
-    def __init__(self, fn: Callable[[Trajectory], None]) -> None:
-        self.fn = fn
-
-    def write(self, trajectory: Trajectory) -> None:
-        self.fn(trajectory)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _as_sink(sink: Sink | Callable[[Trajectory], None]) -> Sink:
     if all(hasattr(sink, name) for name in ("write", "flush", "close")):
         return sink  # type: ignore[return-value]
     if callable(sink):
-        return _CallableSink(sink)
+        return CallbackSink(sink)
     raise TypeError(f"not a sink: {sink!r} (needs write/flush/close, or be a callable)")

@@ -1,0 +1,136 @@
+"""Spans reach a real OTLP/HTTP endpoint when OTEL_EXPORTER_OTLP_* says so, and none are lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+import agenttrace as at
+from agenttrace import semconv as sc
+from agenttrace.storage import read_otlp_json
+
+
+class _Collector:
+    """A minimal OTLP/HTTP trace receiver on 127.0.0.1, stopped by the test."""
+
+    def __init__(self) -> None:
+        self.spans: list = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource_spans in request.resource_spans:
+                    for scope_spans in resource_spans.scope_spans:
+                        collector.spans.extend(scope_spans.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def collector() -> Iterator[_Collector]:
+    receiver = _Collector()
+    yield receiver
+    receiver.stop()
+
+
+def test_otlp_endpoint_from_environment_receives_every_span(tmp_path, monkeypatch, collector):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+    runtime = at.configure(out=str(tmp_path))
+    for episode in range(20):
+        with at.episode(task_id=str(episode)):
+            for _ in range(10):
+                with at.timestep(), at.env_step() as step:
+                    step.record(reward=1.0)
+    runtime.shutdown()
+    in_file = list(read_otlp_json(runtime.span_paths))
+    assert len(in_file) == 20 * (1 + 2 * 10)
+    assert len(collector.spans) == len(in_file)
+    names = {span.name for span in collector.spans}
+    assert names == {sc.EPISODE, sc.TIMESTEP, sc.ENV_STEP}
+    stats = runtime.stats()
+    assert stats["spans_exported"] == len(in_file)
+    assert stats["spans_dropped"] == 0 and stats["spans_export_failed"] == 0
+
+
+def test_no_otlp_exporter_is_added_to_a_provider_agenttrace_does_not_own(
+    tmp_path, monkeypatch, collector
+):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
+    runtime = at.configure(out=str(tmp_path), tracer_provider=TracerProvider())
+    with at.episode():
+        pass
+    runtime.shutdown()
+    assert runtime.span_processors == []
+    assert collector.spans == []
+
+
+class _SlowExporter(SpanExporter):
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.names: list[str] = []
+
+    def export(self, spans):
+        time.sleep(self.delay)
+        self.names.extend(span.name for span in spans)
+        return SpanExportResult.SUCCESS
+
+
+def test_lossless_processor_makes_the_producer_wait_instead_of_dropping() -> None:
+    exporter = _SlowExporter(0.01)
+    processor = at.LosslessSpanProcessor(exporter, max_queue=8, max_batch=4, block_timeout=30)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    for i in range(200):
+        with tracer.start_as_current_span(f"s{i}"):
+            pass
+    processor.shutdown()
+    assert exporter.names == [f"s{i}" for i in range(200)]
+    assert processor.dropped == 0 and processor.exported == 200
+
+
+def test_lossless_processor_counts_what_it_finally_drops() -> None:
+    release = threading.Event()
+
+    class Stuck(SpanExporter):
+        def export(self, spans):
+            release.wait(10)
+            return SpanExportResult.SUCCESS
+
+    processor = at.LosslessSpanProcessor(Stuck(), max_queue=2, max_batch=1, block_timeout=0.05)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("test")
+    for i in range(10):
+        with tracer.start_as_current_span(f"s{i}"):
+            pass
+    release.set()
+    processor.shutdown()
+    assert processor.dropped > 0
+    assert processor.exported + processor.dropped == 10
