@@ -171,7 +171,7 @@ class AgentTrace:
 
 
 def _default_run_name() -> str:
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"run-{now}-{os.getpid()}"
 
 

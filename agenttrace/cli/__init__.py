@@ -1,0 +1,1 @@
+"""The ``agenttrace`` command line: ``agenttrace demo`` and ``agenttrace inspect``."""

@@ -1,0 +1,386 @@
+"""The ``agenttrace`` command: ``demo`` shows the pipeline end to end, ``inspect`` summarizes files.
+
+Exit codes: 0 success; 1 a run or a file problem (missing file, nothing readable, episodes
+lost); 2 bad arguments or settings; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as _dt
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+import agenttrace as at
+from agenttrace import config
+from agenttrace._version import __version__
+from agenttrace.cli import demo as demo_task
+from agenttrace.cli.summary import render_summary, summarize
+from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
+from agenttrace.sinks.files import safe_filename
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: Bad records shown by ``inspect`` (all are counted).
+SHOWN_ERRORS = 5
+#: Counters of ``AgentTrace.stats()`` that are not losses or problems.
+_NOT_LOSSES = frozenset(
+    {"episodes_written", "statuses", "episodes_open", "spans_written", "spans_exported"}
+)
+
+
+def _int_at_least(minimum: int, wording: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {wording}, got {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1, "at least 1")
+_seed = _int_at_least(0, "0 or more")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (separate from :func:`main` so docs and tests can inspect it)."""
+    parser = argparse.ArgumentParser(
+        prog="agenttrace",
+        description="OpenTelemetry for agent episodes: traces for people, trajectories for "
+        "training.",
+        epilog="Run 'agenttrace demo' to see it work end to end, then 'agenttrace inspect' "
+        "on the trajectories.jsonl it wrote.",
+    )
+    parser.add_argument("--version", action="version", version=f"agenttrace {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run a built-in toy agent task and write its traces and trajectories",
+        description="Run N episodes of a toy task ('reach the target number') played by a "
+        "scripted agent whose every step makes one GenAI chat span, K episodes at a time on "
+        "asyncio. Writes trajectories.jsonl and spans.jsonl (OTLP/JSON) to a new run folder, "
+        "then prints a summary read back from the files. No network, no model.",
+        epilog="Exit status: 0 success; 1 something was lost or could not be written; "
+        "2 bad arguments or settings; 130 interrupted (Ctrl-C: episodes in flight are "
+        "recorded as cancelled and the summary is still printed).",
+    )
+    demo.add_argument(
+        "--episodes",
+        "-n",
+        type=_positive_int,
+        default=50,
+        metavar="N",
+        help="episodes to run (default: 50)",
+    )
+    demo.add_argument(
+        "--concurrency",
+        "-k",
+        type=_positive_int,
+        default=8,
+        metavar="K",
+        help="episodes in flight at once (default: 8)",
+    )
+    demo.add_argument(
+        "--out",
+        metavar="DIR",
+        help="parent folder of the run folder (default: $AGENTTRACE_OUT, else agenttrace_runs)",
+    )
+    demo.add_argument(
+        "--run-name",
+        metavar="NAME",
+        help="name of the run folder, which must not hold a run already "
+        "(default: $AGENTTRACE_RUN_NAME, else demo-<UTC time>-<random>)",
+    )
+    demo.add_argument(
+        "--seed",
+        type=_seed,
+        metavar="S",
+        help="seed for a reproducible run (default: random, printed so it can be replayed)",
+    )
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="summarize trajectory files (.jsonl, .jsonl.gz, .json, .parquet)",
+        description="Print the episode summary of trajectory files. FILE may be a file, a "
+        "folder (its trajectory files) or a glob pattern (quote it). Bad records are skipped "
+        "and reported on stderr; the good ones are still counted.",
+        epilog="Exit status: 0 when at least one trajectory was read (or the files are empty); "
+        "1 when a source does not exist or no record could be read; 2 bad arguments.",
+    )
+    inspect.add_argument("files", nargs="+", metavar="FILE", help="file, folder or glob")
+    inspect.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object instead"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agenttrace`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse exits on --help, --version and bad arguments
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    # soft_wrap: long lines (paths, error messages) stay whole, so they can be copied.
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        if args.command == "demo":
+            return run_demo(args, out, err)
+        return run_inspect(args, out, err)
+    except config.ConfigError as exc:
+        err.print(f"agenttrace {args.command}: error: {escape(str(exc))}")
+        return EXIT_USAGE
+
+
+# --- demo ------------------------------------------------------------------------------------
+
+
+def _default_run_name() -> str:
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"demo-{now}-{random.SystemRandom().getrandbits(24):06x}"
+
+
+def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``agenttrace demo``: run the toy task, then summarize what was written."""
+    settings = config.resolve(out=args.out, run_name=args.run_name)  # ConfigError: exit 2
+    if not settings.enabled:
+        err.print(
+            "agenttrace demo: error: tracing is switched off (AGENTTRACE_ENABLED is false), "
+            "so the demo would write nothing"
+        )
+        return EXIT_USAGE
+    run_name = settings.run_name or _default_run_name()
+    run_dir = Path(settings.out) / safe_filename(run_name)
+    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
+        err.print(
+            f"agenttrace demo: error: run folder {escape(str(run_dir))} already holds a run; "
+            "choose another --run-name"
+        )
+        return EXIT_USAGE
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    concurrency = min(args.concurrency, args.episodes)
+
+    try:
+        runtime = at.configure(out=settings.out, run_name=run_name, sinks=["jsonl"], spans=["file"])
+    except OSError as exc:
+        err.print(f"agenttrace demo: error: cannot create the run folder: {escape(str(exc))}")
+        return EXIT_FAILURE
+    out.print(
+        f"agenttrace demo: {args.episodes} episodes of 'reach the target', "
+        f"{concurrency} at a time, seed {seed}"
+    )
+    interrupted = False
+    started = time.perf_counter()
+    try:
+        outcome, interrupted = _run_with_progress(args.episodes, concurrency, seed, err)
+        ran = time.perf_counter() - started
+    finally:
+        runtime.shutdown()  # flush and close the files before reading them back
+        at.shutdown()  # and leave no default pipeline behind (main() may run in-process)
+    total = time.perf_counter() - started
+
+    read_errors: list[TrajectoryLoadError] = []
+    written: list[tuple[str, str]] = []  # (episode id, status): all the self-check needs
+
+    def stream() -> Iterator[at.Trajectory]:
+        """Read the file once, in constant memory, noting ids and statuses on the way."""
+        if not runtime.trajectory_paths:
+            return
+        for trajectory in iter_trajectories(runtime.trajectory_paths, on_error=read_errors.append):
+            written.append((trajectory.episode_id, trajectory.status))
+            yield trajectory
+
+    summary = summarize(stream())
+    finished = sum(outcome.outcomes.values())
+    out.print(
+        f"Ran {finished} episodes in {ran:.2f} s ({finished / max(ran, 1e-9):.1f} episodes/s); "
+        f"{total:.2f} s with writing the files. "
+        f"Tool failures caught: {outcome.outcomes.get('errored', 0)}."
+    )
+    render_summary(summary, out)
+    for label, paths in (
+        ("trajectories", runtime.trajectory_paths),
+        ("spans", runtime.span_paths),
+    ):
+        for path in paths:
+            out.print(f"{label + ':':<14}{escape(str(path))}")
+    problems = _report_losses(runtime.stats(), out)
+    for error in read_errors:
+        out.print(f"[bold red]UNREADABLE[/] {escape(str(error))}")
+        problems += 1
+    if interrupted:
+        out.print("Interrupted: the episodes cut short are recorded as cancelled.")
+        return EXIT_INTERRUPTED
+    problems += _check_against_runner(outcome, written, out)
+    if not problems and runtime.trajectory_paths:
+        out.print(f"Next: agenttrace inspect {escape(str(runtime.trajectory_paths[0]))}")
+    return EXIT_FAILURE if problems else EXIT_OK
+
+
+def _run_with_progress(
+    episodes: int, concurrency: int, seed: int, err: Console
+) -> tuple[demo_task.RunOutcome, bool]:
+    """Run the episodes under a progress bar on stderr (drawn only on a terminal)."""
+    progress = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+    )
+    counts: dict[str, int] = {}
+    task = progress.add_task("episodes", total=episodes)
+
+    def on_done(status: str) -> None:
+        counts[status] = counts.get(status, 0) + 1
+        text = " ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+        progress.update(task, advance=1, description=text)
+
+    outcome = demo_task.RunOutcome()  # filled in as episodes finish, so kept if interrupted
+    with progress:
+        try:
+            asyncio.run(demo_task.run_episodes(episodes, concurrency, seed, on_done, outcome))
+        except KeyboardInterrupt:
+            return outcome, True
+    return outcome, False
+
+
+def _report_losses(stats: dict[str, Any], out: Console) -> int:
+    """Print every non-zero loss or problem counter; returns how many there were."""
+    found: list[str] = []
+    for key, value in stats.items():
+        if key in _NOT_LOSSES:
+            continue
+        if isinstance(value, dict):
+            found.extend(f"{key}[{name}] = {n}" for name, n in value.items() if n)
+        elif isinstance(value, (int, float)) and value:
+            found.append(f"{key} = {value}")
+    if not found:
+        out.print("nothing lost: every loss counter of the pipeline is 0")
+    for line in found:
+        out.print(f"[bold red]problem:[/] {escape(line)}")
+    return len(found)
+
+
+def _check_against_runner(
+    outcome: demo_task.RunOutcome, episodes: list[tuple[str, str]], out: Console
+) -> int:
+    """Compare the file with what the runner saw: every episode once, same outcomes."""
+    problems = 0
+    written = [episode_id for episode_id, _ in episodes]
+    missing = outcome.episode_ids - set(written)
+    duplicated = len(written) - len(set(written))
+    unknown = set(written) - outcome.episode_ids
+    for count, what in (
+        (len(missing), "episodes run but missing from the trajectories file"),
+        (duplicated, "episodes written more than once"),
+        (len(unknown), "episodes in the file that this run did not play"),
+    ):
+        if count:
+            out.print(f"[bold red]MISMATCH[/] {count} {what}")
+            problems += 1
+    statuses: dict[str, int] = {}
+    for _, status in episodes:
+        statuses[status] = statuses.get(status, 0) + 1
+    if not missing and statuses != outcome.outcomes:
+        out.print(
+            f"[bold red]MISMATCH[/] statuses in the file {statuses} differ from the runner's "
+            f"count {outcome.outcomes}"
+        )
+        problems += 1
+    return problems
+
+
+# --- inspect ---------------------------------------------------------------------------------
+
+
+def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``agenttrace inspect``: summarize trajectory files, reporting bad records."""
+    errors = _BadRecords()
+    try:
+        trajectories = iter_trajectories(list(args.files), on_error=errors.add)
+        summary = summarize(trajectories)
+    except FileNotFoundError as exc:
+        err.print(f"agenttrace inspect: error: {escape(str(exc))}")
+        return EXIT_FAILURE
+    except ImportError as exc:  # a .parquet file without pyarrow installed
+        err.print(f"agenttrace inspect: error: {escape(str(exc))}")
+        return EXIT_FAILURE
+    if args.json:
+        data = summary.to_dict()
+        data["bad_records"] = errors.count
+        print(json.dumps(_finite(data), allow_nan=False))
+    else:
+        out.print(f"agenttrace inspect: {summary.episodes} episodes from {_sources(args.files)}")
+        render_summary(summary, out)
+    if errors.count:
+        err.print(
+            f"[bold]{errors.count} bad record{'s' if errors.count != 1 else ''} skipped[/]"
+            + (f" (first {SHOWN_ERRORS} shown)" if errors.count > SHOWN_ERRORS else "")
+            + ":"
+        )
+        for error in errors.first:
+            err.print(f"  {escape(str(error))}")
+    if errors.count and summary.episodes == 0:
+        err.print("agenttrace inspect: error: no trajectory could be read")
+        if any(Path(error.path).name.startswith("spans") for error in errors.first):
+            err.print(
+                "hint: spans*.jsonl files hold OTLP/JSON spans, not trajectories; rebuild "
+                "trajectories from them with "
+                "agenttrace.assemble(agenttrace.storage.read_otlp_json(path))"
+            )
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+class _BadRecords:
+    """Counts every bad record but keeps only the first few, so memory stays bounded."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: list[TrajectoryLoadError] = []
+
+    def add(self, error: TrajectoryLoadError) -> None:
+        self.count += 1
+        if len(self.first) < SHOWN_ERRORS:
+            self.first.append(error)
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: write those as the strings "nan", "inf", "-inf"."""
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _sources(files: Sequence[str]) -> str:
+    shown = ", ".join(escape(f) for f in files[:3])
+    return shown + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
