@@ -949,7 +949,7 @@ def test_a_raising_sink_never_breaks_the_loop(tmp_path):
     result = read_run(runtime)
     assert len(result.live) == 4
     assert len(written) == 4
-    assert result.stats["sink_errors"] == {"_CallableSink": 4}
+    assert result.stats["sink_errors"] == {"CallbackSink": 4}
 
 
 def test_bad_values_never_break_the_loop(mem):
