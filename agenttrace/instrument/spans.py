@@ -168,9 +168,11 @@ class _Scope:
             if not runtime.enabled:
                 return self
             parent = otel_context.get_current()
-            frame = parent.get(_FRAME_KEY)
+            parent_frame = parent.get(_FRAME_KEY)
+            if not isinstance(parent_frame, _Frame):
+                parent_frame = None
             attributes = dict(self._attributes)
-            frame = self._prepare(runtime, frame if isinstance(frame, _Frame) else None, attributes)
+            frame = self._prepare(runtime, parent_frame, attributes)
             self._frame = frame
             if frame is not None and frame.episode is not None:
                 attributes[sc.EPISODE_ID] = frame.episode.episode_id
@@ -178,7 +180,7 @@ class _Scope:
                 self._span_name(), context=parent, kind=self.kind, attributes=attributes
             )
             ctx = trace.set_span_in_context(span, parent)
-            if frame is not None:
+            if frame is not parent_frame:
                 ctx = otel_context.set_value(_FRAME_KEY, frame, ctx)
             self._span, self._context = span, ctx
             self._started()
@@ -596,6 +598,8 @@ class StepScope(_Scope):
 
     def _step_frame(self, frame: _Frame | None, index: int, attributes: dict[str, Any]) -> _Frame:
         attributes[sc.TIMESTEP_INDEX] = index
+        if frame is not None and frame.index == index:
+            return frame  # inside its timestep: children see the same frame
         return _Frame(frame.episode if frame else None, index)
 
 

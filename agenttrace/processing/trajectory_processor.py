@@ -46,7 +46,14 @@ DROPPED_SPANS_ATTRIBUTE = "agenttrace.dropped_spans"
 
 
 class _Episode:
-    __slots__ = ("dropped_spans", "last_seen", "records", "root_span_id", "start_record")
+    __slots__ = (
+        "dropped_spans",
+        "quiet_since",
+        "records",
+        "root_span_id",
+        "seen_count",
+        "start_record",
+    )
 
     def __init__(self, root_span_id: int) -> None:
         self.root_span_id = root_span_id  # 0 until the episode span itself is seen
@@ -54,7 +61,10 @@ class _Episode:
         # The episode span as it was at start: stands in for it if it never ends.
         self.start_record: SpanRecord | None = None
         self.dropped_spans = 0
-        self.last_seen = time.monotonic()
+        # Idle detection without a clock call per span: the writer's periodic check notes
+        # when the span count last changed.
+        self.seen_count = 0
+        self.quiet_since = time.monotonic()
 
 
 class TrajectoryProcessor(SpanProcessor):
@@ -133,7 +143,8 @@ class TrajectoryProcessor(SpanProcessor):
                 if self.span_writer is not None:
                     self._put_spans([record])
                 return
-            episode_id = str(episode_id)
+            if type(episode_id) is not str:
+                episode_id = str(episode_id)
             is_root = record.name == sc.EPISODE
             episode = self._open.get(episode_id)
             if episode is None:
@@ -149,7 +160,6 @@ class TrajectoryProcessor(SpanProcessor):
                     self._put_spans([record])
                 return
             episode.records.append(record)
-            episode.last_seen = time.monotonic()
             if is_root and record.span_id in (episode.root_span_id, 0):
                 self._finish(episode_id)
         except Exception:
@@ -263,9 +273,15 @@ class TrajectoryProcessor(SpanProcessor):
                 self._sink_failed(sink, exc)
 
     def _expire_idle(self) -> None:
-        cutoff = time.monotonic() - self._idle_timeout
+        now = time.monotonic()
+        idle = []
         with self._lock:
-            idle = [eid for eid, ep in self._open.items() if ep.last_seen < cutoff]
+            for episode_id, episode in self._open.items():
+                count = len(episode.records) + episode.dropped_spans
+                if count != episode.seen_count:
+                    episode.seen_count, episode.quiet_since = count, now
+                elif now - episode.quiet_since >= self._idle_timeout:
+                    idle.append(episode_id)
         for episode_id in idle:
             self._finish(episode_id, expired=True)
         if idle:

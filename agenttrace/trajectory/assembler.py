@@ -122,8 +122,7 @@ def build_trajectory(
         elif _genai_operation(record) is not None:
             genai.append(record)
 
-    steps = [_build_step(index, parts[index], trusted) for index in sorted(parts)]
-    _align_observations(steps, parts, reset_span, trusted)
+    steps, final_observation = _build_steps(parts, reset_span, trusted)
     _attach_genai_calls(steps, genai, by_span_id, trusted)
 
     attrs = episode_span.attributes if episode_span is not None else {}
@@ -146,14 +145,6 @@ def build_trajectory(
     if not isinstance(episode_return, (int, float)) or isinstance(episode_return, bool):
         episode_return = float(sum(s.reward for s in steps if s.reward is not None))
     task_id = attrs.get(sc.TASK_ID)
-
-    final_observation = None
-    if last is not None:
-        env_step = parts[last.index].get(sc.ENV_STEP)
-        if env_step is not None:
-            final_observation = _content(env_step, sc.OBSERVATION, None, trusted)
-    elif reset_span is not None:
-        final_observation = _content(reset_span, sc.OBSERVATION, None, trusted)
 
     start = episode_span.start_time if episode_span else min(r.start_time for r in records)
     ends = [r.end_time for r in records if r.end_time is not None]
@@ -201,81 +192,79 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _first(records: Sequence[SpanRecord | None], key: str) -> Any:
-    for record in records:
-        if record is not None and key in record.attributes:
-            return record.attributes[key]
-    return None
+def _text(value: Any, trusted: bool) -> Any:
+    """A content attribute value as lazily decoded JSON text (see ``_content``)."""
+    if not isinstance(value, str):
+        return _plain(value)
+    return as_raw_json(value, trusted=trusted)
 
 
-def _build_step(index: int, roles: Mapping[str, SpanRecord], trusted: str | None) -> Step:
-    timestep = roles.get(sc.TIMESTEP)
-    act = roles.get(sc.AGENT_ACT)
-    env_step = roles.get(sc.ENV_STEP)
-    outcome_order = (env_step, act, timestep)
-
-    action = _MISSING
-    for record in outcome_order:
-        if record is not None:
-            action = _content(record, sc.ACTION, _MISSING, trusted)
-            if action is not _MISSING:
-                break
-    info = None
-    for record in outcome_order:
-        if record is not None:
-            info = _content(record, sc.INFO, _MISSING, trusted)
-            if info is not _MISSING:
-                break
-            info = None
-
-    reward = _first(outcome_order, sc.REWARD)
-    terminated = _first(outcome_order, sc.TERMINATED)
-    truncated = _first(outcome_order, sc.TRUNCATED)
-    if terminated is None and truncated is None:
-        terminated = bool(_first(outcome_order, sc.DONE))
-    discount = _first(outcome_order, sc.DISCOUNT)
-    span = timestep or act or env_step
-    assert span is not None
-    ends = [r.end_time for r in (timestep, act, env_step) if r is not None and r.end_time]
-    return Step(
-        index=index,
-        action=None if action is _MISSING else action,
-        reward=None if reward is None else float(reward),
-        terminated=bool(terminated),
-        truncated=bool(truncated),
-        discount=None if discount is None else float(discount),
-        info=info,
-        start_time=timestep.start_time
-        if timestep
-        else min(r.start_time for r in (act, env_step) if r is not None),
-        end_time=timestep.end_time if timestep else (max(ends) if ends else None),
-    )
-
-
-def _align_observations(
-    steps: list[Step],
+def _build_steps(
     parts: Mapping[int, Mapping[str, SpanRecord]],
     reset: SpanRecord | None,
     trusted: str | None,
-) -> None:
-    """Step i acts on what agent.act/timestep saw, else what step i-1 (or reset) returned."""
-    previous_returned = _content(reset, sc.OBSERVATION, None, trusted) if reset else None
+) -> tuple[list[Step], Any]:
+    """The steps, in index order, and the observation the last one returned.
+
+    One pass: step i acts on what agent.act/timestep saw, else on what step i-1 (or reset)
+    returned; its outcome fields come from env.step, then agent.act, then timestep (one
+    merged dict, later roles overriding earlier ones).
+    """
+    steps: list[Step] = []
+    returned = _content(reset, sc.OBSERVATION, None, trusted) if reset else None
     previous_index = -1
-    for step in steps:
-        roles = parts[step.index]
-        seen = _MISSING
-        for role in (sc.AGENT_ACT, sc.TIMESTEP):
-            record = roles.get(role)
-            if record is not None:
-                seen = _content(record, sc.OBSERVATION, _MISSING, trusted)
-                if seen is not _MISSING:
-                    break
-        if seen is _MISSING:
-            seen = previous_returned if step.index == previous_index + 1 else None
-        step.observation = seen
+    for index in sorted(parts):
+        roles = parts[index]
+        timestep = roles.get(sc.TIMESTEP)
+        act = roles.get(sc.AGENT_ACT)
         env_step = roles.get(sc.ENV_STEP)
-        previous_returned = _content(env_step, sc.OBSERVATION, None, trusted) if env_step else None
-        previous_index = step.index
+        present = [r for r in (timestep, act, env_step) if r is not None]
+        merged: dict[str, Any] = {}
+        for record in present:
+            merged.update(record.attributes)
+        own = trusted is not None and all(r.scope_name == trusted for r in present)
+
+        seen: Any = _MISSING
+        for record in (act, timestep):
+            if record is not None and sc.OBSERVATION in record.attributes:
+                seen = _text(record.attributes[sc.OBSERVATION], own)
+                break
+        if seen is _MISSING:
+            seen = returned if index == previous_index + 1 else None
+        returned = (
+            _text(env_step.attributes[sc.OBSERVATION], own)
+            if env_step is not None and sc.OBSERVATION in env_step.attributes
+            else None
+        )
+
+        terminated = merged.get(sc.TERMINATED)
+        truncated = merged.get(sc.TRUNCATED)
+        if terminated is None and truncated is None:
+            terminated = merged.get(sc.DONE)
+        reward = merged.get(sc.REWARD)
+        discount = merged.get(sc.DISCOUNT)
+        if timestep is not None:
+            start, end = timestep.start_time, timestep.end_time
+        else:
+            start = min(r.start_time for r in present)
+            ends = [r.end_time for r in present if r.end_time]
+            end = max(ends) if ends else None
+        steps.append(
+            Step(
+                index=index,
+                observation=seen,
+                action=_text(merged[sc.ACTION], own) if sc.ACTION in merged else None,
+                reward=None if reward is None else float(reward),
+                terminated=bool(terminated),
+                truncated=bool(truncated),
+                discount=None if discount is None else float(discount),
+                info=_text(merged[sc.INFO], own) if sc.INFO in merged else None,
+                start_time=start,
+                end_time=end,
+            )
+        )
+        previous_index = index
+    return steps, returned
 
 
 def _genai_operation(record: SpanRecord) -> str | None:

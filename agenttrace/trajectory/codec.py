@@ -225,6 +225,14 @@ _dump = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", "
 def dumps(value: Any, *, redact_secrets: bool = False) -> str:
     """``encode`` then compact JSON text. Never raises for odd values."""
     cls = type(value)
+    if cls is int:
+        return "%d" % value
+    if cls is str:
+        return _dump(value)
+    if value is None:
+        return "null"
+    if cls is bool:
+        return "true" if value else "false"
     if (
         cls is np.ndarray
         and value.dtype.kind == "f"
