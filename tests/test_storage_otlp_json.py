@@ -30,11 +30,8 @@ from agenttrace.storage import (
 )
 from agenttrace.trajectory.records import SpanRecord, record_from_span
 
-FIXTURES = Path(
-    os.environ.get(
-        "AGENTTRACE_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-    )
-)
+# Real samples from upstream projects, vendored unchanged (see fixtures/upstream/SOURCES.md).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "upstream"
 
 
 # ------------------------------------------------------------------------------------------
@@ -339,8 +336,7 @@ def test_empty_batch_is_an_empty_export() -> None:
 
 def fixture(name: str) -> Path:
     path = FIXTURES / name
-    if not path.exists():
-        pytest.skip("shared fixture %s not found (set AGENTTRACE_FIXTURES)" % path)
+    assert path.exists(), "vendored fixture %s is missing" % path
     return path
 
 
