@@ -74,6 +74,7 @@ def record_from_span(span: Any) -> SpanRecord:
 
 
 _STATUS_NAMES = {code: code.name for code in StatusCode}
+_make_record = SpanRecord._make
 _KIND_NAMES = {kind: kind.name for kind in SpanKind}
 
 
@@ -97,25 +98,27 @@ def _record_from_sdk_span(span: Any) -> SpanRecord:
     resource = span._resource
     attributes = span._attributes
     inner = getattr(attributes, "_dict", None)
-    return SpanRecord(
-        context.trace_id,
-        context.span_id,
-        parent.span_id if parent is not None else 0,
-        span._name,
-        span._start_time,
-        span._end_time,
-        # The BoundedAttributes of an ended span is frozen: share its dict, do not copy it.
-        inner if type(inner) is dict else _plain_mapping(attributes),
-        _events(span._events) if span._events else (),
-        _STATUS_NAMES[status.status_code],
-        status.description,
-        _KIND_NAMES[span._kind],
-        _plain_mapping(resource.attributes) if resource is not None else _EMPTY,
-        scope.name if scope is not None else "",
-        scope.version if scope is not None else None,
-        _links(span._links) if span._links else (),
-        parent.is_remote if parent is not None else False,
-        context.trace_flags.sampled,
+    return _make_record(
+        (
+            context.trace_id,
+            context.span_id,
+            parent.span_id if parent is not None else 0,
+            span._name,
+            span._start_time,
+            span._end_time,
+            # The BoundedAttributes of an ended span is frozen: share its dict, not a copy.
+            inner if type(inner) is dict else _plain_mapping(attributes),
+            _events(span._events) if span._events else (),
+            _STATUS_NAMES[status.status_code],
+            status.description,
+            _KIND_NAMES[span._kind],
+            _plain_mapping(resource.attributes) if resource is not None else _EMPTY,
+            scope.name if scope is not None else "",
+            scope.version if scope is not None else None,
+            _links(span._links) if span._links else (),
+            parent.is_remote if parent is not None else False,
+            bool(context.trace_flags & 1),  # W3C "sampled" bit
+        )
     )
 
 
