@@ -101,55 +101,15 @@ def _as_float(value: Any, what: str) -> float | None:
 
 
 def trajectory_to_row(trajectory: Trajectory) -> dict[str, Any]:
-    """One Parquet row: plain columns for scalars, codec JSON text for free-form values.
-
-    Content still held as raw JSON text (the live rebuild) is copied, not decoded.
-    """
-    episode = trajectory.episode_id
-    steps = []
-    for step in trajectory.steps:
-        where = f"episode {episode!r} step {step.index}"
-        steps.append(
-            {
-                "index": step.index,
-                "observation": utf8_safe(content_json(step, "observation")),
-                "action": utf8_safe(content_json(step, "action")),
-                "reward": _as_float(step.reward, f"reward of {where}"),
-                "terminated": bool(step.terminated),
-                "truncated": bool(step.truncated),
-                "discount": _as_float(step.discount, f"discount of {where}"),
-                "info": utf8_safe(content_json(step, "info")),
-                "start_time": step.start_time,
-                "end_time": step.end_time,
-                "llm_calls": _dump([call.to_dict() for call in step.llm_calls]),
-                "tool_calls": _dump([call.to_dict() for call in step.tool_calls]),
-            }
-        )
-    error = trajectory.error
-    return {
-        "schema": trajectory.schema,
-        "episode_id": episode,
-        "trace_id": trajectory.trace_id,
-        "task_id": trajectory.task_id,
-        "status": trajectory.status,
-        "error": None if error is None else _dump(error.to_dict()),
-        "start_time": trajectory.start_time,
-        "end_time": trajectory.end_time,
-        "return": _as_float(trajectory.return_, f"return of episode {episode!r}"),
-        "length": trajectory.length,
-        "attributes": _dump(encode(trajectory.attributes)),
-        "steps": steps,
-        "final_observation": utf8_safe(content_json(trajectory, "final_observation")),
-        "reset_info": utf8_safe(content_json(trajectory, "reset_info")),
-        "missing_steps": [int(index) for index in trajectory.missing_steps],
-    }
+    """One Parquet row as a dict: plain columns for scalars, codec JSON text for values."""
+    return trajectory_to_batch(trajectory, arrow_schema()).to_pylist()[0]
 
 
 def trajectory_to_batch(trajectory: Trajectory, schema: pa.Schema) -> pa.RecordBatch:
     """The row of :func:`trajectory_to_row` as a one-row Arrow batch, built column by column.
 
-    Three times faster than ``RecordBatch.from_pylist`` on per-step dicts; this is the
-    write path, ``trajectory_to_row`` stays as the readable reference.
+    Three times faster than ``RecordBatch.from_pylist`` on per-step dicts. Content still
+    held as raw JSON text (the live rebuild) is copied, not decoded.
     """
     import pyarrow as pa
 
