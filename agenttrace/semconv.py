@@ -107,8 +107,3 @@ TRAJECTORY_EVENT_NAME = "rl.trajectory"
 def llm_span_name(model: str | None, operation: str = GEN_AI_OPERATION_CHAT) -> str:
     """GenAI span name: ``{operation} {model}``, or just the operation when model is unknown."""
     return f"{operation} {model}" if model else operation
-
-
-def tool_span_name(tool: str | None) -> str:
-    """GenAI tool span name: ``execute_tool {name}``."""
-    return llm_span_name(tool, GEN_AI_OPERATION_EXECUTE_TOOL)

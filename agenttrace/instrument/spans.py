@@ -1026,9 +1026,7 @@ def env_step(*args: Any, **kwargs: Any) -> Any:
 
 def llm_call(*args: Any, **kwargs: Any) -> Any:
     """A GenAI ``chat {model}`` span. Keywords: model, provider, operation, attributes."""
-    if len(args) == 1 and not kwargs and callable(args[0]):
-        return LLMCallScope()(args[0])
-    return LLMCallScope(*args, **kwargs)
+    return _bare_or_configured(LLMCallScope, args, kwargs)
 
 
 def env_closed(env: Any) -> None:

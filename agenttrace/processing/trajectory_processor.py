@@ -137,11 +137,12 @@ class TrajectoryProcessor(SpanProcessor):
         if self._closed:
             return
         try:
+            episode_id = _attributes_of(span).get(sc.EPISODE_ID)
+            if episode_id is None and self.span_writer is None:
+                return
             record = record_from_span(span)
-            episode_id = record.attributes.get(sc.EPISODE_ID)
             if episode_id is None:
-                if self.span_writer is not None:
-                    self._put_spans([record])
+                self._put_spans([record])
                 return
             if type(episode_id) is not str:
                 episode_id = str(episode_id)

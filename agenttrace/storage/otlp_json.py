@@ -620,6 +620,25 @@ def _decode_attributes(items: Any, where: str) -> dict[str, Any]:
     return out
 
 
+def _objects(raw: Any, what: str) -> list[dict]:
+    """An OTLP array of objects (events, links); empty when absent."""
+    if not raw:
+        return []
+    if type(raw) is not list:
+        raise SpanFormatError("%ss must be an array, got %s" % (what, _json_type(raw)))
+    for item in raw:
+        if type(item) is not dict:
+            raise SpanFormatError("%s must be an object, got %s" % (what, _json_type(item)))
+    return raw
+
+
+def _event_name(event: dict) -> str:
+    name = event.get("name", "")
+    if type(name) is not str:
+        raise SpanFormatError("event name must be a string")
+    return name
+
+
 def _decode_span(
     span: Any, resource: dict[str, Any], scope_name: str, scope_version: str | None
 ) -> SpanRecord:
@@ -665,45 +684,24 @@ def _decode_span(
         if status_message is not None and type(status_message) is not str:
             raise SpanFormatError("status message must be a string")
 
-    events: tuple[SpanEvent, ...] = ()
-    raw_events = get("events")
-    if raw_events:
-        if type(raw_events) is not list:
-            raise SpanFormatError("events must be an array, got %s" % _json_type(raw_events))
-        decoded_events = []
-        for event in raw_events:
-            if type(event) is not dict:
-                raise SpanFormatError("event must be an object, got %s" % _json_type(event))
-            event_name = event.get("name", "")
-            if type(event_name) is not str:
-                raise SpanFormatError("event name must be a string")
-            time = event.get("timeUnixNano")
-            decoded_events.append(
-                SpanEvent(
-                    event_name,
-                    _nanos(time, "event timeUnixNano") if time is not None else 0,
-                    _decode_attributes(event.get("attributes"), "event"),
-                )
-            )
-        events = tuple(decoded_events)
-
-    links: tuple[SpanLink, ...] = ()
-    raw_links = get("links")
-    if raw_links:
-        if type(raw_links) is not list:
-            raise SpanFormatError("links must be an array, got %s" % _json_type(raw_links))
-        decoded_links = []
-        for link in raw_links:
-            if type(link) is not dict:
-                raise SpanFormatError("link must be an object, got %s" % _json_type(link))
-            decoded_links.append(
-                SpanLink(
-                    _id(link.get("traceId"), 16, "link traceId"),
-                    _id(link.get("spanId"), 8, "link spanId"),
-                    _decode_attributes(link.get("attributes"), "link"),
-                )
-            )
-        links = tuple(decoded_links)
+    events = tuple(
+        SpanEvent(
+            _event_name(event),
+            _nanos(event["timeUnixNano"], "event timeUnixNano")
+            if event.get("timeUnixNano") is not None
+            else 0,
+            _decode_attributes(event.get("attributes"), "event"),
+        )
+        for event in _objects(get("events"), "event")
+    )
+    links = tuple(
+        SpanLink(
+            _id(link.get("traceId"), 16, "link traceId"),
+            _id(link.get("spanId"), 8, "link spanId"),
+            _decode_attributes(link.get("attributes"), "link"),
+        )
+        for link in _objects(get("links"), "link")
+    )
 
     flags = get("flags", 0)
     if type(flags) is not int:

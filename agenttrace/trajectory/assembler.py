@@ -179,12 +179,10 @@ def _episode_span(records: Sequence[SpanRecord]) -> SpanRecord | None:
 
 def _content(record: SpanRecord, key: str, default: Any, trusted: str | None) -> Any:
     """A JSON-encoded content attribute as lazily decoded text; non-JSON text stays text."""
-    text = record.attributes.get(key, _MISSING)
-    if text is _MISSING:
+    value = record.attributes.get(key, _MISSING)
+    if value is _MISSING:
         return default
-    if not isinstance(text, str):
-        return _plain(text)
-    return as_raw_json(text, trusted=trusted is not None and record.scope_name == trusted)
+    return _text(value, trusted is not None and record.scope_name == trusted)
 
 
 def _plain(value: Any) -> Any:

@@ -49,10 +49,6 @@ class SpanRecord(NamedTuple):
     def trace_id_hex(self) -> str:
         return format(self.trace_id, "032x")
 
-    @property
-    def span_id_hex(self) -> str:
-        return format(self.span_id, "016x")
-
 
 _EMPTY: Mapping[str, Any] = {}
 
