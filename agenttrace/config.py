@@ -67,6 +67,7 @@ class Setting:
 SINK_CHOICES = ("jsonl", "parquet", "jsondir", "otlp")
 SPAN_EXPORT_CHOICES = ("file", "otlp", "none")
 CONTENT_CHOICES = ("full", "none")
+WRITER_CHOICES = ("auto", "process", "thread")
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -169,6 +170,17 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds a caller waits for room in a full queue before an item is dropped (and counted).",
     ),
     Setting(
+        "writer",
+        "AGENTTRACE_WRITER",
+        str,
+        "auto",
+        "Where trajectories are rebuilt and files written: process (a helper process, so the "
+        "work runs on another core instead of slowing your loop), thread (a thread of this "
+        "process) or auto (process when 2+ CPUs are available and every sink is a built-in "
+        "one; else thread).",
+        WRITER_CHOICES,
+    ),
+    Setting(
         "jsonl_max_bytes",
         "AGENTTRACE_JSONL_MAX_BYTES",
         _positive(int),
@@ -194,6 +206,7 @@ class Settings:
     idle_timeout: float
     queue_size: int
     block_timeout: float
+    writer: str
     jsonl_max_bytes: int
 
 

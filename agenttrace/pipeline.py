@@ -24,9 +24,11 @@ from agenttrace import config
 from agenttrace._version import __version__
 from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
+from agenttrace.processing.writer import EpisodeWriter, SinkSpec, WriterSpec
+from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
+from agenttrace.sinks.callback import as_sink
 from agenttrace.sinks.files import safe_filename
-from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.model import Trajectory
 
 logger = logging.getLogger("agenttrace")
@@ -59,20 +61,18 @@ class AgentTrace:
         self.env_lock = threading.Lock()
         if not self.enabled:
             return
-        sinks = [*self._file_sinks(), *extra_sinks]
         targets = settings.spans
         if targets is None:
             targets = ("file",)
             if self.owns_provider and any(os.environ.get(v) for v in _OTLP_ENDPOINT_VARS):
                 targets = ("file", "otlp")
-        self._span_writer = None
-        if "file" in targets:
-            self._span_writer = OtlpJsonLinesWriter(
-                self._ensure_run_dir(), basename="spans", max_bytes=settings.jsonl_max_bytes
-            )
+        spec = WriterSpec(
+            sinks=tuple(self._sink_specs()),
+            span_file=self._span_file_options() if "file" in targets else None,
+        )
+        user_sinks = list(extra_sinks)
         self.trajectory_processor = TrajectoryProcessor(
-            sinks,
-            span_writer=self._span_writer,
+            writer=_make_writer(spec, user_sinks, settings.writer),
             max_open_episodes=settings.max_open_episodes,
             max_spans_per_episode=settings.max_spans_per_episode,
             idle_timeout=settings.idle_timeout,
@@ -98,42 +98,43 @@ class AgentTrace:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         return self.run_dir
 
-    def _file_sinks(self) -> list[Sink]:
-        sinks: list[Sink] = []
+    def _sink_specs(self) -> list[SinkSpec]:
+        specs = []
         for kind in self.settings.sinks:
+            options: dict[str, Any]
             if kind == "jsonl":
-                from agenttrace.sinks.jsonl import JsonlSink
-
-                sinks.append(
-                    JsonlSink(self._ensure_run_dir(), max_bytes=self.settings.jsonl_max_bytes)
-                )
+                options = {
+                    "folder": self._ensure_run_dir(),
+                    "max_bytes": self.settings.jsonl_max_bytes,
+                }
             elif kind == "parquet":
-                from agenttrace.sinks.parquet import ParquetSink
-
-                sinks.append(ParquetSink(self._ensure_run_dir()))
+                options = {"folder": self._ensure_run_dir()}
             elif kind == "jsondir":
-                from agenttrace.sinks.jsondir import JsonDirSink
+                options = {"folder": self._ensure_run_dir() / "episodes"}
+            else:  # otlp
+                options = {"resource": dict(self.provider.resource.attributes)}
+            specs.append(SinkSpec(kind, options))
+        return specs
 
-                sinks.append(JsonDirSink(self._ensure_run_dir() / "episodes"))
-            elif kind == "otlp":
-                from agenttrace.sinks.otlp_logs import OtlpLogSink
-
-                sinks.append(OtlpLogSink(resource=self.provider.resource))
-        return sinks
+    def _span_file_options(self) -> dict[str, Any]:
+        return {
+            "path_or_folder": self._ensure_run_dir(),
+            "basename": "spans",
+            "max_bytes": self.settings.jsonl_max_bytes,
+        }
 
     # --- public -------------------------------------------------------------------------
 
     @property
     def trajectory_paths(self) -> list[Path]:
-        paths: list[Path] = []
-        if self.trajectory_processor is not None:
-            for sink in self.trajectory_processor.sinks:
-                paths.extend(getattr(sink, "paths", ()))
-        return paths
+        """Trajectory files written so far (complete after ``force_flush``/``shutdown``)."""
+        processor = self.trajectory_processor
+        return processor.trajectory_paths if processor is not None else []
 
     @property
     def span_paths(self) -> list[Path]:
-        return list(self._span_writer.paths) if self._span_writer is not None else []
+        processor = self.trajectory_processor
+        return processor.span_paths if processor is not None else []
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Write every finished episode and span so far; True when all made it in time."""
@@ -173,6 +174,29 @@ class AgentTrace:
 def _default_run_name() -> str:
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"run-{now}-{os.getpid()}"
+
+
+def _make_writer(
+    spec: WriterSpec, user_sinks: list[Sink | Callable[[Trajectory], None]], mode: str
+) -> EpisodeWriter | RemoteWriter:
+    """In a helper process when asked (or on auto, when it can run every sink), else here."""
+    if mode == "auto":
+        mode = "process" if not user_sinks and _available_cpus() >= 2 else "thread"
+    elif mode == "process" and user_sinks:
+        logger.warning(
+            "agenttrace: writer=process cannot run your own sink objects in another process; "
+            "writing in this process"
+        )
+        mode = "thread"
+    if mode == "process":
+        return RemoteWriter(spec)
+    return EpisodeWriter.from_spec(spec, [as_sink(sink) for sink in user_sinks])
+
+
+def _available_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _choose_provider(

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 import agenttrace as at
 from agenttrace import semconv as sc
-from agenttrace.processing.trajectory_processor import DROPPED_SPANS_ATTRIBUTE
+from agenttrace.processing.writer import DROPPED_SPANS_ATTRIBUTE
 from agenttrace.sinks import load_trajectories
 from agenttrace.storage import read_otlp_json
 

@@ -48,12 +48,16 @@ class BackgroundWorker:
         interval: float = 1.0,
         on_flush: Callable[[], None] | None = None,
         on_idle: Callable[[], None] | None = None,
+        wake_weight: int | None = None,
     ) -> None:
         self.name = name
         self._handle_batch = handle_batch
         self._max_queue = max_queue
         self._max_batch = max_batch
-        self._wake_at = max(1, min(max_batch, max_queue // 4))
+        # The thread wakes once the weight queued since it last ran reaches this (items count
+        # 1 unless the producer says otherwise, e.g. spans per episode); else every interval.
+        self._wake_at = wake_weight or max(1, min(max_batch, max_queue // 4))
+        self._queued_weight = 0
         self._block_timeout = block_timeout
         self._interval = interval
         self._on_flush = on_flush
@@ -78,7 +82,7 @@ class BackgroundWorker:
 
     # --- producer side --------------------------------------------------------------------
 
-    def put(self, item: Any) -> bool:
+    def put(self, item: Any, weight: int = 1) -> bool:
         """Queue an item; wait for room when full; False (and counted) when it had to drop."""
         queue = self._queue
         if len(queue) >= self._max_queue and not self._wait_for_room():
@@ -86,7 +90,8 @@ class BackgroundWorker:
                 self.dropped += 1
             return False
         queue.append(item)
-        if len(queue) >= self._wake_at and not self._wake.is_set():
+        self._queued_weight += weight  # unlocked: only decides when to wake, roughly is fine
+        if self._queued_weight >= self._wake_at and not self._wake.is_set():
             self._wake.set()
         return True
 
@@ -148,6 +153,7 @@ class BackgroundWorker:
 
     def _drain(self) -> None:
         queue = self._queue
+        self._queued_weight = 0
         while queue:
             batch = []
             flushes = []

@@ -2,10 +2,12 @@
 
 On the caller's thread (``on_start``/``on_end``) it only stamps the episode id on spans from
 other instrumentations, turns finished spans into compact :class:`SpanRecord` s and appends
-them to their episode's buffer. When an episode span ends, the buffer goes to a background
-writer that runs the one assembler and the sinks. Nothing here raises into user code.
+them to their episode's buffer. When an episode span ends, the buffer goes through a bounded
+queue to a background thread that hands it to the writer (:mod:`agenttrace.processing.writer`:
+the one assembler and the sinks, in this process or in a helper process). Nothing here raises
+into user code.
 
-With a ``span_writer`` the same records are also written as OTLP/JSON lines (the run's
+With a span file the same records are also written as OTLP/JSON lines (the run's
 spans.jsonl): one conversion per span serves both products, and no span object outlives its
 ``on_end``. Spans outside episodes, late spans and spans over the per-episode limit still
 reach the span file; only sampled spans do (RECORD_ONLY spans feed trajectories only).
@@ -24,6 +26,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
@@ -32,17 +35,15 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from agenttrace import semconv as sc
 from agenttrace.processing._worker import BackgroundWorker
+from agenttrace.processing.writer import EpisodeWriter, FinishedEpisode, report_paths
+from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
-from agenttrace.sinks.callback import CallbackSink
+from agenttrace.sinks.callback import as_sink
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
-from agenttrace.trajectory.assembler import build_trajectory
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord, record_from_span
 
 logger = logging.getLogger("agenttrace")
-
-#: Attribute added to a trajectory whose episode lost spans to max_spans_per_episode.
-DROPPED_SPANS_ATTRIBUTE = "agenttrace.dropped_spans"
 
 
 class _Episode:
@@ -75,6 +76,7 @@ class TrajectoryProcessor(SpanProcessor):
         sinks: Iterable[Sink | Callable[[Trajectory], None]] = (),
         *,
         span_writer: OtlpJsonLinesWriter | None = None,
+        writer: EpisodeWriter | RemoteWriter | None = None,
         max_open_episodes: int = 10_000,
         max_spans_per_episode: int = 50_000,
         idle_timeout: float = 600.0,
@@ -82,9 +84,13 @@ class TrajectoryProcessor(SpanProcessor):
         block_timeout: float = 30.0,
         check_interval: float = 1.0,
     ) -> None:
-        self.sinks: list[Sink] = [_as_sink(sink) for sink in sinks]
-        self.span_writer = span_writer
-        self.spans_written = 0
+        if writer is None:
+            writer = EpisodeWriter([as_sink(sink) for sink in sinks], span_writer)
+        elif sinks or span_writer is not None:
+            raise TypeError("give either a writer or sinks and a span_writer, not both")
+        self.writer = writer
+        # Whether finished spans outside episodes are wanted (for the span file).
+        self._keeps_all_spans = writer.writes_spans
         self._max_open = max_open_episodes
         self._max_spans = max_spans_per_episode
         self._idle_timeout = idle_timeout
@@ -94,18 +100,17 @@ class TrajectoryProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._closed = False
         self._counts: Counter[str] = Counter()
-        self._statuses: Counter[str] = Counter()
-        self._sink_errors: Counter[str] = Counter()
         self._warned: set[str] = set()
         self._worker = BackgroundWorker(
             "agenttrace-trajectory-writer",
-            self._write_batch,
+            writer.write,
             max_queue=queue_size,
             max_batch=64,
             block_timeout=block_timeout,
             interval=check_interval,
-            on_flush=self._flush_sinks,
+            on_flush=writer.flush,
             on_idle=self._expire_idle,
+            wake_weight=_WAKE_AFTER_SPANS,
         )
         atexit.register(self._at_exit)
 
@@ -138,7 +143,7 @@ class TrajectoryProcessor(SpanProcessor):
             return
         try:
             episode_id = _attributes_of(span).get(sc.EPISODE_ID)
-            if episode_id is None and self.span_writer is None:
+            if episode_id is None and not self._keeps_all_spans:
                 return
             record = record_from_span(span)
             if episode_id is None:
@@ -151,13 +156,13 @@ class TrajectoryProcessor(SpanProcessor):
             if episode is None:
                 episode = self._track(episode_id, record.span_id if is_root else 0)
                 if episode is None:  # late, or over the open-episode limit
-                    if self.span_writer is not None:
+                    if self._keeps_all_spans:
                         self._put_spans([record])
                     return
             if len(episode.records) >= self._max_spans and not is_root:
                 episode.dropped_spans += 1
                 self._count("spans_dropped_episode_limit")
-                if self.span_writer is not None:
+                if self._keeps_all_spans:
                     self._put_spans([record])
                 return
             episode.records.append(record)
@@ -167,7 +172,7 @@ class TrajectoryProcessor(SpanProcessor):
             self._internal_error("on_end")
 
     def _put_spans(self, records: list[SpanRecord]) -> None:
-        if not self._worker.put(records):
+        if not self._worker.put(records, len(records)):
             self._count("spans_dropped_queue_full", len(records))
 
     def _track(self, episode_id: str, root_span_id: int) -> _Episode | None:
@@ -202,76 +207,17 @@ class TrajectoryProcessor(SpanProcessor):
                 self._written.popitem(last=False)
         if expired:
             self._count("episodes_expired_idle")
-        if not self._worker.put((episode_id, episode)):
+        finished = FinishedEpisode(
+            episode_id,
+            episode.records,
+            episode.start_record,
+            episode.root_span_id,
+            episode.dropped_spans,
+        )
+        if not self._worker.put(finished, len(finished.records)):
             self._count("episodes_dropped_queue_full")
 
-    # --- writer thread ----------------------------------------------------------------------
-
-    def _write_batch(self, batch: list[tuple[str, _Episode] | list[SpanRecord]]) -> None:
-        for item in batch:
-            if type(item) is list:
-                self._write_spans(item)
-                continue
-            episode_id, episode = item
-            self._write_spans(episode.records)
-            records = episode.records
-            if episode.start_record is not None and not any(
-                r.span_id == episode.root_span_id for r in reversed(records)
-            ):
-                records = [episode.start_record, *records]  # the episode span never ended
-            try:
-                trajectory = build_trajectory(records, episode_id, trusted_scope=AGENTTRACE_SCOPE)
-            except Exception:
-                self._count("episodes_failed_assembly")
-                logger.exception("agenttrace: could not rebuild episode %r", episode_id)
-                continue
-            if episode.dropped_spans:
-                trajectory.attributes[DROPPED_SPANS_ATTRIBUTE] = episode.dropped_spans
-                if trajectory.status != sc.STATUS_INCOMPLETE:
-                    trajectory.attributes.setdefault(sc.EPISODE_STATUS, trajectory.status)
-                    trajectory.status = sc.STATUS_INCOMPLETE
-            with self._lock:
-                self._statuses[trajectory.status] += 1
-            for sink in self.sinks:
-                try:
-                    sink.write(trajectory)
-                except Exception as exc:
-                    self._sink_failed(sink, exc)
-
-    def _write_spans(self, records: list[SpanRecord]) -> None:
-        writer = self.span_writer
-        if writer is None:
-            return
-        sampled = [record for record in records if record.sampled]
-        if not sampled:
-            return
-        try:
-            writer.write(sampled)
-            self.spans_written += len(sampled)
-        except Exception as exc:
-            self._count("spans_failed_write", len(sampled))
-            self._sink_failed(writer, exc)  # type: ignore[arg-type]
-
-    def _sink_failed(self, sink: Sink, exc: Exception) -> None:
-        name = type(sink).__name__
-        with self._lock:
-            self._sink_errors[name] += 1
-            first = self._sink_errors[name] == 1
-        if first:
-            logger.error(
-                "agenttrace: sink %s failed (%s: %s); its later errors are counted, "
-                "other sinks go on",
-                name,
-                type(exc).__name__,
-                exc,
-            )
-
-    def _flush_sinks(self) -> None:
-        for sink in self._all_outputs():
-            try:
-                sink.flush()
-            except Exception as exc:
-                self._sink_failed(sink, exc)
+    # --- writer thread ---------------------------------------------------------------------
 
     def _expire_idle(self) -> None:
         now = time.monotonic()
@@ -308,18 +254,15 @@ class TrajectoryProcessor(SpanProcessor):
             self._count("episodes_open_at_shutdown", len(still_open))
         self._closed = True
         self._worker.shutdown(timeout_millis / 1000)
-        for sink in self._all_outputs():
-            try:
-                sink.close()
-            except Exception as exc:
-                self._sink_failed(sink, exc)
-        problems = {k: v for k, v in self.stats().items() if k in _LOSS_COUNTERS and v}
+        try:
+            self.writer.close()
+        except Exception:
+            self._internal_error("close")
+        losses = (*_LOSS_COUNTERS, *_WRITER_COUNTERS)
+        problems = {k: v for k, v in self.stats().items() if k in losses and v}
         if problems:
             logger.warning("agenttrace: trajectory losses this run: %s", problems)
         atexit.unregister(self._at_exit)
-
-    def _all_outputs(self) -> list[Any]:
-        return [*self.sinks, self.span_writer] if self.span_writer is not None else self.sinks
 
     def _at_exit(self) -> None:
         self.shutdown(timeout_millis=10_000)
@@ -330,17 +273,27 @@ class TrajectoryProcessor(SpanProcessor):
         """Counters for the run summary: statuses written and every kind of loss."""
         with self._lock:
             counts = dict(self._counts)
-            statuses = dict(self._statuses)
-            sink_errors = dict(self._sink_errors)
             open_now = len(self._open)
+        report = self.writer.report()
         stats: dict[str, Any] = {key: counts.get(key, 0) for key in _ALL_COUNTERS}
-        stats["episodes_written"] = sum(statuses.values())
-        stats["statuses"] = statuses
+        for key in _WRITER_COUNTERS:
+            stats[key] = report.get(key, 0)
+        stats["episodes_written"] = sum(report["statuses"].values())
+        stats["statuses"] = report["statuses"]
         stats["episodes_open"] = open_now
-        stats["sink_errors"] = sink_errors
-        stats["spans_written"] = self.spans_written
+        stats["sink_errors"] = report["sink_errors"]
+        stats["spans_written"] = report["spans_written"]
         stats["internal_errors"] = counts.get("internal_errors", 0) + self._worker.errors
         return stats
+
+    @property
+    def trajectory_paths(self) -> list[Path]:
+        """Trajectory files written so far (complete after a flush)."""
+        return report_paths(self.writer.report(), "trajectory_paths")
+
+    @property
+    def span_paths(self) -> list[Path]:
+        return report_paths(self.writer.report(), "span_paths")
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -359,8 +312,9 @@ class TrajectoryProcessor(SpanProcessor):
             logger.exception("agenttrace: internal error in %s; your program goes on", where)
 
 
-#: Instrumentation scope of agenttrace's own spans, whose content text its encoder wrote.
-AGENTTRACE_SCOPE = "agenttrace"
+#: The writer thread starts on the queue once this many spans wait, so the writer keeps pace
+#: with the loop and a flush finds little left to do.
+_WAKE_AFTER_SPANS = 256
 
 _LOSS_COUNTERS = (
     "episodes_dropped_open_limit",
@@ -368,8 +322,13 @@ _LOSS_COUNTERS = (
     "late_spans",
     "episodes_dropped_queue_full",
     "spans_dropped_queue_full",
+)
+#: Losses the writer counts (and logs itself).
+_WRITER_COUNTERS = (
     "spans_failed_write",
     "episodes_failed_assembly",
+    "episodes_lost_writer_crash",
+    "spans_lost_writer_crash",
 )
 _ALL_COUNTERS = (*_LOSS_COUNTERS, "episodes_expired_idle", "episodes_open_at_shutdown")
 
@@ -380,11 +339,3 @@ def _attributes_of(span: Any) -> Any:
     if type(inner) is dict:
         return inner
     return span.attributes or {}
-
-
-def _as_sink(sink: Sink | Callable[[Trajectory], None]) -> Sink:
-    if all(hasattr(sink, name) for name in ("write", "flush", "close")):
-        return sink  # type: ignore[return-value]
-    if callable(sink):
-        return CallbackSink(sink)
-    raise TypeError(f"not a sink: {sink!r} (needs write/flush/close, or be a callable)")

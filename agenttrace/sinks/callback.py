@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agenttrace.sinks.base import Sink
 from agenttrace.trajectory.model import Trajectory
 
 
@@ -37,3 +38,12 @@ class CallbackSink:
 
     def __repr__(self) -> str:
         return f"CallbackSink({self.fn!r})"
+
+
+def as_sink(sink: Sink | Callable[[Trajectory], Any]) -> Sink:
+    """A sink object as it is; a plain function wrapped in a :class:`CallbackSink`."""
+    if all(hasattr(sink, name) for name in ("write", "flush", "close")):
+        return sink  # type: ignore[return-value]
+    if callable(sink):
+        return CallbackSink(sink)
+    raise TypeError(f"not a sink: {sink!r} (needs write/flush/close, or be a callable)")

@@ -1,0 +1,238 @@
+"""The writer: finished episodes in, span file lines and trajectories out.
+
+This is the only place that runs the assembler and the sinks for live runs. It runs on the
+processor's background thread (:class:`EpisodeWriter` used directly) or in a helper process
+(:mod:`agenttrace.processing.writer_process` builds one from a :class:`WriterSpec`). Either
+way it sees one batch at a time from one thread, and everything it loses is counted in
+:meth:`EpisodeWriter.report`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from agenttrace import semconv as sc
+from agenttrace.sinks.base import Sink
+from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
+from agenttrace.trajectory.assembler import build_trajectory
+from agenttrace.trajectory.records import SpanRecord
+
+logger = logging.getLogger("agenttrace")
+
+#: Attribute added to a trajectory whose episode lost spans to max_spans_per_episode.
+DROPPED_SPANS_ATTRIBUTE = "agenttrace.dropped_spans"
+
+#: Instrumentation scope of agenttrace's own spans, whose content text its encoder wrote.
+AGENTTRACE_SCOPE = "agenttrace"
+
+
+class FinishedEpisode(NamedTuple):
+    """What the processor hands over when an episode ends (or is given up on)."""
+
+    episode_id: str
+    records: list[SpanRecord]
+    # The episode span as it was at start: stands in for it if it never ended.
+    start_record: SpanRecord | None
+    root_span_id: int
+    dropped_spans: int
+
+
+class SinkSpec(NamedTuple):
+    """A built-in sink by name and constructor options: buildable in another process."""
+
+    kind: str  # jsonl | parquet | jsondir | otlp
+    options: Mapping[str, Any]
+
+
+class WriterSpec(NamedTuple):
+    sinks: tuple[SinkSpec, ...] = ()
+    span_file: Mapping[str, Any] | None = None  # OtlpJsonLinesWriter options, or no span file
+
+
+def build_sink(spec: SinkSpec) -> Sink:
+    """The built-in sink a spec names (optional dependencies are imported only here)."""
+    if spec.kind == "jsonl":
+        from agenttrace.sinks.jsonl import JsonlSink
+
+        return JsonlSink(**spec.options)
+    if spec.kind == "parquet":
+        from agenttrace.sinks.parquet import ParquetSink
+
+        return ParquetSink(**spec.options)
+    if spec.kind == "jsondir":
+        from agenttrace.sinks.jsondir import JsonDirSink
+
+        return JsonDirSink(**spec.options)
+    if spec.kind == "otlp":
+        from agenttrace.sinks.otlp_logs import OtlpLogSink
+
+        return OtlpLogSink(**spec.options)
+    raise ValueError(f"unknown sink kind {spec.kind!r}")
+
+
+#: Counters in a report; the ones named *_failed_* / lost are losses.
+REPORT_COUNTERS = (
+    "episodes_done",
+    "spans_done",
+    "spans_written",
+    "spans_failed_write",
+    "episodes_failed_assembly",
+)
+
+
+def empty_report() -> dict[str, Any]:
+    report: dict[str, Any] = dict.fromkeys(REPORT_COUNTERS, 0)
+    report.update(statuses={}, sink_errors={}, trajectory_paths=[], span_paths=[])
+    return report
+
+
+def merge_reports(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Two writers' reports as one (a helper process that died, then its local stand-in)."""
+    merged = empty_report()
+    for key in REPORT_COUNTERS:
+        merged[key] = first.get(key, 0) + second.get(key, 0)
+    for key in ("statuses", "sink_errors"):
+        merged[key] = dict(Counter(first.get(key, {})) + Counter(second.get(key, {})))
+    for key in ("trajectory_paths", "span_paths"):
+        merged[key] = list(dict.fromkeys([*first.get(key, ()), *second.get(key, ())]))
+    return merged
+
+
+def sampled_count(records: Iterable[SpanRecord]) -> int:
+    """Spans of these records that go to the span file (RECORD_ONLY spans do not)."""
+    return sum(1 for record in records if record.sampled)
+
+
+class EpisodeWriter:
+    """Writes span records to the span file and finished episodes to the sinks."""
+
+    def __init__(
+        self, sinks: Iterable[Sink] = (), span_writer: OtlpJsonLinesWriter | None = None
+    ) -> None:
+        self.sinks = list(sinks)
+        self.span_writer = span_writer
+        self._lock = threading.Lock()  # report() may run on another thread
+        self._counts: Counter[str] = Counter()
+        self._statuses: Counter[str] = Counter()
+        self._sink_errors: Counter[str] = Counter()
+
+    @property
+    def writes_spans(self) -> bool:
+        return self.span_writer is not None
+
+    @classmethod
+    def from_spec(cls, spec: WriterSpec, extra_sinks: Iterable[Sink] = ()) -> EpisodeWriter:
+        span_writer = OtlpJsonLinesWriter(**spec.span_file) if spec.span_file else None
+        return cls([*(build_sink(s) for s in spec.sinks), *extra_sinks], span_writer)
+
+    def write(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
+        """One batch: span-only items (lists of records) and finished episodes."""
+        for item in items:
+            if type(item) is list:
+                self._write_spans(item)
+            else:
+                self._write_episode(item)  # type: ignore[arg-type]
+
+    def _write_episode(self, episode: FinishedEpisode) -> None:
+        records = episode.records
+        self._write_spans(records)
+        try:
+            if episode.start_record is not None and not any(
+                r.span_id == episode.root_span_id for r in reversed(records)
+            ):
+                records = [episode.start_record, *records]  # the episode span never ended
+            trajectory = build_trajectory(
+                records, episode.episode_id, trusted_scope=AGENTTRACE_SCOPE
+            )
+        except Exception:
+            self._add("episodes_failed_assembly")
+            logger.exception("agenttrace: could not rebuild episode %r", episode.episode_id)
+            return
+        finally:
+            self._add("episodes_done")
+        if episode.dropped_spans:
+            trajectory.attributes[DROPPED_SPANS_ATTRIBUTE] = episode.dropped_spans
+            if trajectory.status != sc.STATUS_INCOMPLETE:
+                trajectory.attributes.setdefault(sc.EPISODE_STATUS, trajectory.status)
+                trajectory.status = sc.STATUS_INCOMPLETE
+        with self._lock:
+            self._statuses[trajectory.status] += 1
+        for sink in self.sinks:
+            try:
+                sink.write(trajectory)
+            except Exception as exc:
+                self._output_failed(sink, exc)
+
+    def _write_spans(self, records: list[SpanRecord]) -> None:
+        writer = self.span_writer
+        if writer is None:
+            return
+        sampled = [record for record in records if record.sampled]
+        if not sampled:
+            return
+        try:
+            writer.write(sampled)
+            self._add("spans_written", len(sampled))
+        except Exception as exc:
+            self._add("spans_failed_write", len(sampled))
+            self._output_failed(writer, exc)
+        finally:
+            self._add("spans_done", len(sampled))
+
+    def flush(self) -> None:
+        for output in self._outputs():
+            try:
+                output.flush()
+            except Exception as exc:
+                self._output_failed(output, exc)
+
+    def close(self) -> None:
+        for output in self._outputs():
+            try:
+                output.close()
+            except Exception as exc:
+                self._output_failed(output, exc)
+
+    def report(self) -> dict[str, Any]:
+        """Counters, statuses written, sink errors and the files written so far."""
+        report = empty_report()
+        with self._lock:
+            report.update(self._counts)
+            report["statuses"] = dict(self._statuses)
+            report["sink_errors"] = dict(self._sink_errors)
+        report["trajectory_paths"] = [
+            str(path) for sink in self.sinks for path in getattr(sink, "paths", ())
+        ]
+        if self.span_writer is not None:
+            report["span_paths"] = [str(path) for path in self.span_writer.paths]
+        return report
+
+    def _outputs(self) -> list[Any]:
+        return [*self.sinks, self.span_writer] if self.span_writer is not None else self.sinks
+
+    def _add(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[key] += n
+
+    def _output_failed(self, output: Any, exc: Exception) -> None:
+        name = type(output).__name__
+        with self._lock:
+            self._sink_errors[name] += 1
+            first = self._sink_errors[name] == 1
+        if first:
+            logger.error(
+                "agenttrace: sink %s failed (%s: %s); its later errors are counted, "
+                "other sinks go on",
+                name,
+                type(exc).__name__,
+                exc,
+            )
+
+
+def report_paths(report: Mapping[str, Any], key: str) -> list[Path]:
+    return [Path(path) for path in report.get(key, ())]
