@@ -1,0 +1,237 @@
+"""The writer in a helper process: chosen when it should be, same output, survives crashes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import agenttrace as at
+from agenttrace.processing import writer_process
+from agenttrace.processing.writer import EpisodeWriter
+from agenttrace.processing.writer_process import RemoteWriter
+from agenttrace.sinks import load_trajectories
+from agenttrace.storage import read_otlp_json
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2,
+    reason="the helper-process writer is the default on POSIX machines with 2+ CPUs",
+)
+
+
+def run_episodes(n: int, *, first: int = 0, steps: int = 3) -> None:
+    for i in range(first, first + n):
+        with at.episode(task_id=str(i)):
+            for t in range(steps):
+                with at.timestep():
+                    with at.env_step() as step:
+                        step.record(observation=[i, t], reward=float(t), terminated=t == steps - 1)
+
+
+def helper_process() -> subprocess.Popen:
+    helper = writer_process._helper
+    assert helper is not None and helper.alive
+    return helper.process
+
+
+def writer_of(runtime: at.AgentTrace):
+    assert runtime.trajectory_processor is not None
+    return runtime.trajectory_processor.writer
+
+
+def test_auto_uses_a_helper_process_for_built_in_sinks(tmp_path) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="auto", sinks=["jsonl", "parquet"])
+    writer = writer_of(runtime)
+    assert isinstance(writer, RemoteWriter) and writer.in_helper_process
+    assert helper_process().pid != os.getpid()
+    run_episodes(5)
+    runtime.shutdown()
+    jsonl = [p for p in runtime.trajectory_paths if p.suffix == ".jsonl"]
+    parquet = [p for p in runtime.trajectory_paths if p.suffix == ".parquet"]
+    assert sorted(t.task_id for t in load_trajectories(jsonl)) == [str(i) for i in range(5)]
+    assert len(load_trajectories(parquet)) == 5
+    assert runtime.stats()["spans_written"] == 5 * (1 + 3 * 2)
+    assert runtime.stats()["statuses"] == {"completed": 5}
+
+
+def test_your_own_sinks_keep_the_writer_in_this_process(tmp_path, caplog) -> None:
+    seen: list[at.Trajectory] = []
+    runtime = at.configure(out=str(tmp_path), run_name="cb", sinks=["jsonl", seen.append])
+    assert isinstance(writer_of(runtime), EpisodeWriter)
+    with caplog.at_level(logging.WARNING, logger="agenttrace"):
+        runtime = at.configure(
+            out=str(tmp_path), run_name="cb2", sinks=[seen.append], writer="process"
+        )
+    assert isinstance(writer_of(runtime), EpisodeWriter)
+    assert "cannot run your own sink objects in another process" in caplog.text
+    run_episodes(2)
+    runtime.shutdown()
+    assert [t.task_id for t in seen] == ["0", "1"]
+
+
+def test_thread_and_process_writers_write_the_same_trajectories(tmp_path) -> None:
+    results = {}
+    for mode in ("thread", "process"):
+        runtime = at.configure(out=str(tmp_path), run_name=mode, writer=mode)
+        run_episodes(4, steps=5)
+        runtime.shutdown()
+        results[mode] = sorted(load_trajectories(runtime.trajectory_paths), key=lambda t: t.task_id)
+    assert isinstance(results["thread"][0], at.Trajectory)
+    for a, b in zip(results["thread"], results["process"], strict=True):
+        assert (a.task_id, a.status, a.length, a.return_) == (
+            b.task_id,
+            b.status,
+            b.length,
+            b.return_,
+        )
+        assert [s.observation for s in a.steps] == [s.observation for s in b.steps]
+        assert [s.reward for s in a.steps] == [s.reward for s in b.steps]
+
+
+def test_reconfiguring_reuses_the_helper(tmp_path) -> None:
+    at.configure(out=str(tmp_path), run_name="one")
+    first = helper_process()
+    at.configure(out=str(tmp_path), run_name="two")
+    assert helper_process() is first
+
+
+def kill_helper() -> None:
+    process = helper_process()
+    process.kill()
+    process.wait(10)
+    deadline = time.monotonic() + 10
+    while writer_process._helper is not None and writer_process._helper.alive:
+        assert time.monotonic() < deadline, "the reply thread did not notice the helper died"
+        time.sleep(0.01)
+
+
+def test_a_helper_that_dies_after_a_flush_loses_nothing(tmp_path, caplog) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="crash", sinks=["jsonl"])
+    run_episodes(10)
+    assert runtime.force_flush()
+    kill_helper()
+    with caplog.at_level(logging.WARNING, logger="agenttrace"):
+        run_episodes(10, first=10)
+        runtime.shutdown()
+    assert "the writer process exited unexpectedly" in caplog.text
+    stats = runtime.stats()
+    assert stats["episodes_lost_writer_crash"] == 0
+    assert stats["episodes_written"] == 20
+    written = load_trajectories(runtime.trajectory_paths)
+    assert sorted(int(t.task_id) for t in written) == list(range(20))
+    # The helper's span lines, then this process's own, in the same file.
+    assert len(list(read_otlp_json(runtime.span_paths))) == 20 * 7
+
+
+def test_a_helper_killed_mid_run_counts_what_it_did_not_confirm(tmp_path, caplog) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="midrun", sinks=["jsonl"])
+    writer = writer_of(runtime)
+    helper_process().send_signal(signal.SIGSTOP)  # it takes batches but writes nothing
+    try:
+        run_episodes(20)
+        deadline = time.monotonic() + 10
+        while writer._sent["episodes"] < 20:  # the processor thread has sent them all
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        kill_helper()
+    with caplog.at_level(logging.ERROR, logger="agenttrace"):
+        run_episodes(5, first=20)
+        runtime.shutdown()
+    stats = runtime.stats()
+    written = load_trajectories(runtime.trajectory_paths)
+    assert stats["episodes_lost_writer_crash"] == 20
+    assert sorted(int(t.task_id) for t in written) == list(range(20, 25))
+    assert stats["spans_lost_writer_crash"] == 20 * 7
+    assert "20 episode(s) and 140 span(s) sent to it were not confirmed" in caplog.text
+
+
+def test_a_sink_that_cannot_open_fails_configure_with_its_own_error(tmp_path) -> None:
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "episodes").write_text("a file where the sink wants a folder")
+    with pytest.raises(FileExistsError):
+        at.configure(out=str(tmp_path), run_name="bad", sinks=["jsondir"], writer="process")
+
+
+def test_log_records_of_the_helper_reach_this_process(tmp_path, caplog) -> None:
+    runtime = at.configure(
+        out=str(tmp_path), run_name="logs", sinks=["jsondir", "jsonl"], writer="process"
+    )
+    assert writer_of(runtime).in_helper_process
+    (tmp_path / "logs" / "episodes" / "taken.json").mkdir()  # this episode's file cannot be written
+    with caplog.at_level(logging.ERROR, logger="agenttrace"):
+        with at.episode(episode_id="taken"):
+            pass
+        run_episodes(2)
+        runtime.shutdown()
+    assert "sink JsonDirSink failed (IsADirectoryError" in caplog.text
+    assert runtime.stats()["sink_errors"] == {"JsonDirSink": 1}
+    jsonl = [p for p in runtime.trajectory_paths if p.suffix == ".jsonl"]
+    assert len(load_trajectories(jsonl)) == 3  # the other sink, and the other episodes, go on
+    assert len([p for p in runtime.trajectory_paths if p.suffix == ".json"]) == 2
+
+
+def test_a_forked_child_gets_its_own_helper(tmp_path) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="fork", sinks=["jsonl"])
+    run_episodes(2)
+    parent_helper = helper_process().pid
+    pid = os.fork()
+    if pid == 0:  # child: must not write into the parent's pipe
+        code = 1
+        try:
+            run_episodes(3, first=100)
+            at.force_flush()
+            helper = writer_process._helper
+            ok = helper is not None and helper.process.pid != parent_helper
+            ok = ok and at.get_default().stats()["episodes_written"] == 3
+            at.shutdown()
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    run_episodes(2, first=2)
+    runtime.shutdown()
+    written = load_trajectories(tmp_path / "fork")
+    assert sorted(int(t.task_id) for t in written) == [0, 1, 2, 3, 100, 101, 102]
+    assert runtime.stats()["episodes_written"] == 4
+
+
+def test_ctrl_c_stops_the_program_but_the_helper_finishes_the_files(tmp_path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        import agenttrace as at
+        at.configure(out={str(tmp_path)!r}, run_name="sigint")
+        for i in range(5):
+            with at.episode(task_id=str(i)):
+                with at.env_step() as step:
+                    step.record(reward=1.0, terminated=True)
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    program = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert program.stdout is not None
+        assert program.stdout.readline().strip() == "ready"
+        os.killpg(program.pid, signal.SIGINT)  # like Ctrl-C: the whole process group
+        _, stderr = program.communicate(timeout=60)
+    finally:
+        if program.poll() is None:
+            os.killpg(program.pid, signal.SIGKILL)
+    assert "KeyboardInterrupt" in stderr
+    written = load_trajectories(tmp_path / "sigint")
+    assert sorted(t.task_id for t in written) == ["0", "1", "2", "3", "4"]
