@@ -6,9 +6,11 @@ Variants, each over the same number of steps with the same scripted policy:
 * ``raw SDK``: OpenTelemetry SDK spans of the same shape and attributes as agenttrace's
   (episode > env.reset, timestep > agent.act + env.step), SimpleSpanProcessor and an exporter
   that does nothing;
-* ``agenttrace``: the full pipeline: the tracing API, the TrajectoryProcessor writing
-  trajectories.jsonl *and* Parquet, and spans.jsonl (OTLP/JSON) through the lossless
-  exporter; the time includes the final flush, so background work is counted.
+* ``agenttrace``: the full pipeline with default settings: the tracing API, the
+  TrajectoryProcessor writing trajectories.jsonl *and* Parquet, and spans.jsonl (OTLP/JSON);
+  the time includes the final flush, so background work is counted. On 2+ CPUs the writer
+  runs in a helper process (``writer=auto``, see docs/writer.md); ``--writer thread`` measures
+  the in-process writer instead.
 
 It then counts spans and trajectories lost by reading the files back. Target: ratio
 agenttrace / raw SDK <= 1.3 and nothing lost. Run::
@@ -105,9 +107,13 @@ def run_raw_sdk(env, steps: int) -> tuple[int, int]:
     return done_steps, episodes
 
 
-def run_agenttrace(env, steps: int, out: Path) -> tuple[int, int, at.AgentTrace]:
+def run_agenttrace(env, steps: int, out: Path, writer: str) -> tuple[int, int, at.AgentTrace]:
     runtime = at.configure(
-        out=str(out), run_name=uuid.uuid4().hex, sinks=["jsonl", "parquet"], spans=["file"]
+        out=str(out),
+        run_name=uuid.uuid4().hex,
+        sinks=["jsonl", "parquet"],
+        spans=["file"],
+        writer=writer,
     )
     done_steps = episodes = 0
     while done_steps < steps:
@@ -153,6 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians")
+    parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto")
     args = parser.parse_args()
     env = gym.make("CartPole-v1")
     run_bare(env, 2_000)  # warm up imports and caches
@@ -166,8 +173,9 @@ def main() -> None:
             seconds, (steps, _) = measure(run_raw_sdk, env, args.steps)
             timings["raw SDK"].append(seconds / steps * 1e6)
             seconds, (steps, episodes, runtime) = measure(
-                run_agenttrace, env, args.steps, Path(tmp)
+                run_agenttrace, env, args.steps, Path(tmp), args.writer
             )
+            writer = type(runtime.trajectory_processor.writer).__name__
             timings["agenttrace"].append(seconds / steps * 1e6)
             total_steps += steps
             runtime.shutdown()
@@ -180,6 +188,7 @@ def main() -> None:
             stats = runtime.stats()
     medians = {name: statistics.median(values) for name, values in timings.items()}
     print(f"CartPole-v1, {args.steps} steps per variant, median of {args.rounds} rounds")
+    print(f"agenttrace writer: {args.writer} -> {writer}")
     print(f"{'variant':<12} {'us/step':>9}")
     for name, value in medians.items():
         print(f"{name:<12} {value:>9.1f}")

@@ -1,7 +1,8 @@
 """What every trajectory sink provides.
 
-Sinks are called from agenttrace's single background writer thread, never from the user's
-thread, one trajectory at a time; they need no locking of their own. A sink that raises loses
+Sinks are called by agenttrace's writer (a background thread, or the helper process for
+built-in sinks; see docs/writer.md), never from the user's thread, one trajectory at a time;
+they need no locking of their own. A sink that raises loses
 only its own copy of that trajectory: the writer logs the error, counts it, and goes on with
 the other sinks and the next trajectory.
 """

@@ -1,0 +1,32 @@
+"""The benchmark scripts run, and the overhead benchmark's loss accounting adds up.
+
+Only behaviour is checked here (no timings: those live in the benchmarks themselves).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_overhead_benchmark_loses_nothing_with_either_writer() -> None:
+    for writer in ("auto", "thread"):
+        out = run("overhead.py", "--steps", "3000", "--rounds", "1", "--writer", writer)
+        assert re.search(r"spans lost: 0  trajectories lost: 0  over \d{4,} agenttrace steps", out)
+        assert re.search(r"ratio agenttrace / raw SDK: \d+\.\d\d", out)
+        assert "spans_dropped=0, episodes_dropped_queue_full=0" in out
