@@ -206,3 +206,27 @@ def test_episodes_are_written_at_interpreter_exit(tmp_path) -> None:
         "open": "completed",
         "never-closed": "incomplete",
     }
+
+
+def test_spans_of_an_episode_running_elsewhere_go_to_the_span_file_only(pipeline) -> None:
+    """An env server's span joins a remote episode (W3C traceparent + baggage)."""
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    propagator = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+    carrier = {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "baggage": f"{sc.EPISODE_ID}=remote-episode-1",
+    }
+    tracer = pipeline.tracer
+    with tracer.start_as_current_span("handle step", context=propagator.extract(carrier)):
+        pass
+    result = read_run(pipeline)
+    assert result.live == []  # its trajectory is written where its episode span runs
+    assert result.stats["spans_of_remote_episodes"] == 1
+    assert result.stats["episodes_open"] == 0
+    (record,) = list(read_otlp_json(pipeline.span_paths))
+    assert record.attributes[sc.EPISODE_ID] == "remote-episode-1"
+    assert record.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert record.parent_span_id == 0xB7AD6B7169203331 and record.parent_is_remote

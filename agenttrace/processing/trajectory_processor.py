@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import baggage, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
@@ -122,11 +122,7 @@ class TrajectoryProcessor(SpanProcessor):
         try:
             episode_id = _attributes_of(span).get(sc.EPISODE_ID)
             if episode_id is None:
-                parent = trace.get_current_span(parent_context)
-                parent_attributes = getattr(parent, "attributes", None)
-                if not parent_attributes:
-                    return
-                episode_id = parent_attributes.get(sc.EPISODE_ID)
+                episode_id = _inherited_episode_id(parent_context)
                 if episode_id is None:
                     return
                 span.set_attribute(sc.EPISODE_ID, episode_id)
@@ -176,6 +172,12 @@ class TrajectoryProcessor(SpanProcessor):
             self._count("spans_dropped_queue_full", len(records))
 
     def _track(self, episode_id: str, root_span_id: int) -> _Episode | None:
+        """The open episode; a new one only for an episode span (``root_span_id`` given).
+
+        An episode is rebuilt by the process where its episode span runs. Spans of an episode
+        whose episode span is elsewhere (an env server reached over HTTP, say) go to the span
+        file only, counted as ``spans_of_remote_episodes``.
+        """
         with self._lock:
             episode = self._open.get(episode_id)
             if episode is not None:
@@ -186,6 +188,9 @@ class TrajectoryProcessor(SpanProcessor):
                 self._count_locked("late_spans")
                 return None
             if episode_id in self._rejected:
+                return None
+            if not root_span_id:
+                self._count_locked("spans_of_remote_episodes")
                 return None
             if len(self._open) >= self._max_open:
                 # Rejected for good: taking it later would write it with spans missing.
@@ -330,7 +335,23 @@ _WRITER_COUNTERS = (
     "episodes_lost_writer_crash",
     "spans_lost_writer_crash",
 )
-_ALL_COUNTERS = (*_LOSS_COUNTERS, "episodes_expired_idle", "episodes_open_at_shutdown")
+_ALL_COUNTERS = (
+    *_LOSS_COUNTERS,
+    "episodes_expired_idle",
+    "episodes_open_at_shutdown",
+    "spans_of_remote_episodes",
+)
+
+
+def _inherited_episode_id(parent_context: Context | None) -> Any:
+    """The episode id of the parent span, else the one in W3C baggage (a remote parent)."""
+    parent = trace.get_current_span(parent_context)
+    parent_attributes = getattr(parent, "attributes", None)
+    if parent_attributes:
+        episode_id = parent_attributes.get(sc.EPISODE_ID)
+        if episode_id is not None:
+            return episode_id
+    return baggage.get_baggage(sc.EPISODE_ID, parent_context)
 
 
 def _attributes_of(span: Any) -> Any:
