@@ -94,6 +94,32 @@ GEN_AI_OPERATION_EXECUTE_TOOL = "execute_tool"
 #: gen_ai.operation.name values that mean "a call to a model".
 GEN_AI_MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 
+# Older GenAI formats, read (never written) so spans of other instrumentations still fold
+# into llm_calls (docs/llm-calls.md lists who emits which).
+GEN_AI_USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"  # before gen_ai.usage.input_tokens
+GEN_AI_USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"  # before ...output_tokens
+# Semantic conventions up to 1.27: span events carrying the whole prompt or completion as JSON.
+GEN_AI_CONTENT_PROMPT_EVENT = "gen_ai.content.prompt"
+GEN_AI_CONTENT_COMPLETION_EVENT = "gen_ai.content.completion"
+GEN_AI_PROMPT = "gen_ai.prompt"  # attribute of that event; OpenLLMetry: gen_ai.prompt.{i}.*
+GEN_AI_COMPLETION = "gen_ai.completion"  # likewise; OpenLLMetry: gen_ai.completion.{i}.*
+# Semantic conventions 1.28 to 1.36: one event per message (emitted as span events by some
+# SDKs, with the event body as JSON in gen_ai.event.content), and one per choice.
+GEN_AI_MESSAGE_EVENT_ROLES = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+GEN_AI_CHOICE_EVENT = "gen_ai.choice"
+GEN_AI_EVENT_CONTENT = "gen_ai.event.content"
+# Semantic conventions 1.37 and later: the per-call details event (a log record from
+# opentelemetry-util-genai; read when some SDK puts it on the span instead).
+GEN_AI_INFERENCE_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+# OpenLLMetry (Traceloop) marks its model-call spans ("openai.chat") with this key.
+LLM_REQUEST_TYPE = "llm.request.type"
+LLM_REQUEST_TYPES_MODEL = frozenset({"chat", "completion"})
+
 # --- exception event (OpenTelemetry general conventions) ----------------------------------
 EXCEPTION_EVENT = "exception"
 EXCEPTION_TYPE = "exception.type"

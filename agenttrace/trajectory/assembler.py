@@ -13,17 +13,21 @@ How a step is put together (docs/trajectory-format.md has the full rules):
   env.step's returned observation (env.reset's for step 0);
 * action, reward, termination, discount and info come from env.step, then agent.act, then
   timestep, so the reward sits with the action that earned it;
-* GenAI spans (``chat …``, ``execute_tool …``) belong to the step whose span is their ancestor.
+* GenAI spans (``chat …``, ``execute_tool …``, from agenttrace or any other instrumentation)
+  belong to the step whose span is their ancestor, else to the next step; a model call nested
+  in another counts once (:mod:`agenttrace.trajectory.genai` reads each span).
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agenttrace import semconv as sc
+from agenttrace.trajectory import genai
 from agenttrace.trajectory.codec import as_raw_json
-from agenttrace.trajectory.model import EpisodeError, LLMCall, Step, ToolCall, Trajectory
+from agenttrace.trajectory.model import EpisodeError, Step, Trajectory
 from agenttrace.trajectory.records import SpanRecord
 
 _STEP_ROLES = (sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP)
@@ -107,7 +111,7 @@ def build_trajectory(
 
     parts: dict[int, dict[str, SpanRecord]] = {}
     reset_span: SpanRecord | None = None
-    genai: list[SpanRecord] = []
+    genai_records: list[SpanRecord] = []
     by_span_id: dict[int, SpanRecord] = {}
     for record in records:
         by_span_id[record.span_id] = record
@@ -119,11 +123,11 @@ def build_trajectory(
         elif name == sc.ENV_RESET:
             if reset_span is None or record.start_time >= reset_span.start_time:
                 reset_span = record
-        elif _genai_operation(record) is not None:
-            genai.append(record)
+        elif genai.call_kind(record) is not None:
+            genai_records.append(record)
 
     steps, final_observation = _build_steps(parts, reset_span, trusted)
-    _attach_genai_calls(steps, genai, by_span_id, trusted)
+    _attach_genai_calls(steps, genai_records, by_span_id, trusted)
 
     attrs = episode_span.attributes if episode_span is not None else {}
     length = attrs.get(sc.EPISODE_LENGTH)
@@ -265,18 +269,6 @@ def _build_steps(
     return steps, returned
 
 
-def _genai_operation(record: SpanRecord) -> str | None:
-    operation = record.attributes.get(sc.GEN_AI_OPERATION_NAME)
-    if isinstance(operation, str):
-        return operation
-    name = record.name
-    if name.startswith(sc.GEN_AI_OPERATION_EXECUTE_TOOL + " "):
-        return sc.GEN_AI_OPERATION_EXECUTE_TOOL
-    if name.startswith(sc.GEN_AI_OPERATION_CHAT + " "):
-        return sc.GEN_AI_OPERATION_CHAT
-    return None
-
-
 def _step_index_of(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> int | None:
     """Index of the nearest ancestor (or self) that carries rl.timestep.index."""
     current: SpanRecord | None = record
@@ -293,89 +285,63 @@ def _step_index_of(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> 
     return index if isinstance(index, int) else None
 
 
+def _outermost_model_call(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> SpanRecord:
+    """The outermost model-call span around ``record`` (itself when none encloses it)."""
+    outer = record
+    current = by_span_id.get(record.parent_span_id) if record.parent_span_id else None
+    hops = 0
+    while current is not None and hops < 256 and current.name not in _STEP_ROLES:
+        if genai.call_kind(current) == genai.MODEL_CALL:
+            outer = current
+        current = by_span_id.get(current.parent_span_id) if current.parent_span_id else None
+        hops += 1
+    return outer
+
+
 def _attach_genai_calls(
     steps: list[Step],
-    genai: list[SpanRecord],
+    records: list[SpanRecord],
     by_span_id: Mapping[int, SpanRecord],
     trusted: str | None,
 ) -> None:
-    if not genai:
+    """Fold GenAI spans into their steps (docs/llm-calls.md has the rules).
+
+    * a call under a step span belongs to that step; a call under no step span (before the
+      first step, between steps, in env.reset) to the next step to start, else the last step;
+      a call whose step span is known but missing is dropped with that step;
+    * a model call nested in another model call (openai-v2's span under agenttrace's
+      ``llm_call``) is not a second call: it fills what the outer one left empty.
+    """
+    if not records or not steps:
         return
     by_index = {step.index: step for step in steps}
-    for record in sorted(genai, key=lambda r: r.start_time):
-        step = by_index.get(_step_index_of(record, by_span_id))  # type: ignore[arg-type]
+    starts = sorted((step.start_time or 0, step.index) for step in steps)
+    nested: dict[int, list[SpanRecord]] = {}
+    calls: list[tuple[SpanRecord, str]] = []
+    for record in sorted(records, key=lambda r: r.start_time):
+        kind = genai.call_kind(record)
+        if kind == genai.MODEL_CALL:
+            outer = _outermost_model_call(record, by_span_id)
+            if outer is not record:
+                nested.setdefault(outer.span_id, []).append(record)
+                continue
+        calls.append((record, kind))  # type: ignore[arg-type]
+    for record, kind in calls:
+        index = _step_index_of(record, by_span_id)
+        if index is None:
+            position = bisect.bisect_left(starts, (record.start_time, -1))
+            index = starts[min(position, len(starts) - 1)][1]
+        step = by_index.get(index)
         if step is None:
             continue
-        if _genai_operation(record) == sc.GEN_AI_OPERATION_EXECUTE_TOOL:
-            step.tool_calls.append(_tool_call(record, trusted))
-        else:
-            step.llm_calls.append(_llm_call(record, trusted))
-
-
-_LLM_FIELDS = frozenset(
-    {
-        sc.EPISODE_ID,
-        sc.TIMESTEP_INDEX,
-        sc.GEN_AI_OPERATION_NAME,
-        sc.GEN_AI_REQUEST_MODEL,
-        sc.GEN_AI_RESPONSE_MODEL,
-        sc.GEN_AI_PROVIDER_NAME,
-        sc.GEN_AI_SYSTEM,
-        sc.GEN_AI_INPUT_MESSAGES,
-        sc.GEN_AI_OUTPUT_MESSAGES,
-        sc.GEN_AI_RESPONSE_FINISH_REASONS,
-        sc.GEN_AI_USAGE_INPUT_TOKENS,
-        sc.GEN_AI_USAGE_OUTPUT_TOKENS,
-    }
-)
-
-
-def _error_text(record: SpanRecord) -> str | None:
-    if record.status_code != "ERROR":
-        return None
-    for event in record.events:
-        if event.name == sc.EXCEPTION_EVENT:
-            kind = event.attributes.get(sc.EXCEPTION_TYPE)
-            message = event.attributes.get(sc.EXCEPTION_MESSAGE)
-            return f"{kind}: {message}" if kind else str(message)
-    return record.status_message or "error"
-
-
-def _llm_call(record: SpanRecord, trusted: str | None) -> LLMCall:
-    attrs = record.attributes
-    finish = attrs.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)
-    return LLMCall(
-        name=record.name,
-        model=attrs.get(sc.GEN_AI_RESPONSE_MODEL) or attrs.get(sc.GEN_AI_REQUEST_MODEL),
-        provider=attrs.get(sc.GEN_AI_PROVIDER_NAME) or attrs.get(sc.GEN_AI_SYSTEM),
-        input_messages=_content(record, sc.GEN_AI_INPUT_MESSAGES, None, trusted),
-        output_messages=_content(record, sc.GEN_AI_OUTPUT_MESSAGES, None, trusted),
-        finish_reasons=None if finish is None else [str(f) for f in finish],
-        input_tokens=attrs.get(sc.GEN_AI_USAGE_INPUT_TOKENS),
-        output_tokens=attrs.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS),
-        start_time=record.start_time,
-        end_time=record.end_time,
-        error=_error_text(record),
-        attributes={
-            k: _plain(v)
-            for k, v in attrs.items()
-            if k not in _LLM_FIELDS and k.startswith("gen_ai.")
-        },
-    )
-
-
-def _tool_call(record: SpanRecord, trusted: str | None) -> ToolCall:
-    attrs = record.attributes
-    name = attrs.get(sc.GEN_AI_TOOL_NAME) or record.name.partition(" ")[2] or record.name
-    return ToolCall(
-        name=str(name),
-        call_id=attrs.get(sc.GEN_AI_TOOL_CALL_ID),
-        arguments=_content(record, sc.GEN_AI_TOOL_CALL_ARGUMENTS, None, trusted),
-        result=_content(record, sc.GEN_AI_TOOL_CALL_RESULT, None, trusted),
-        start_time=record.start_time,
-        end_time=record.end_time,
-        error=_error_text(record),
-    )
+        if kind == genai.TOOL_CALL:
+            step.tool_calls.append(genai.tool_call(record, trusted))
+            continue
+        call = genai.llm_call(record, trusted)
+        inner = nested.get(record.span_id)
+        if inner:
+            genai.merge_nested(call, [genai.llm_call(r, trusted) for r in inner])
+        step.llm_calls.append(call)
 
 
 def _episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:
