@@ -187,6 +187,24 @@ SETTINGS: tuple[Setting, ...] = (
         256 * 1024 * 1024,
         "Size at which trajectory and span JSONL files rotate to a new part.",
     ),
+    Setting(
+        "targets",
+        "AGENTTRACE_TARGETS",
+        str,
+        None,
+        "Functions and methods the auto-instrumentor traces without code changes, "
+        "e.g. 'pkg.env:Env.step=env.step;pkg.run:Runner.play=episode[task_id=task.id]' "
+        "(syntax in docs/auto-instrumentation.md). Read by AgentTraceInstrumentor, "
+        "not by configure().",
+    ),
+    Setting(
+        "targets_file",
+        "AGENTTRACE_TARGETS_FILE",
+        str,
+        None,
+        "Path of a TOML or JSON file listing more targets for the auto-instrumentor "
+        "(format in docs/auto-instrumentation.md).",
+    ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 
@@ -208,6 +226,8 @@ class Settings:
     block_timeout: float
     writer: str
     jsonl_max_bytes: int
+    targets: str | None
+    targets_file: str | None
 
 
 def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settings:
@@ -235,6 +255,29 @@ def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settin
         values[setting.name] = value
     assert {f.name for f in fields(Settings)} == set(values)
     return Settings(**values)
+
+
+def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One setting from the environment (else its default), without resolving the others.
+
+    For readers that need a single value and must not fail because another setting is bad
+    (the auto-instrumentor reads its targets this way).
+    """
+    setting = _BY_NAME.get(name)
+    if setting is None:
+        raise ConfigError(f"unknown setting: {name}")
+    environ = os.environ if environ is None else environ
+    raw = environ.get(setting.env, "")
+    if not raw.strip():
+        return setting.default
+    try:
+        value = setting.parse(raw)
+    except Exception as exc:
+        raise ConfigError(
+            f"{setting.env}={raw!r} is not a valid value for {setting.name}: {exc}"
+        ) from exc
+    _check_choices(setting, value, f"{setting.env}={raw!r}")
+    return value
 
 
 def _check_explicit(setting: Setting, value: Any) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -181,7 +182,8 @@ def _make_writer(
 ) -> EpisodeWriter | RemoteWriter:
     """In a helper process when asked (or on auto, when it can run every sink), else here."""
     if mode == "auto":
-        mode = "process" if not user_sinks and _available_cpus() >= 2 else "thread"
+        helpful = not user_sinks and _available_cpus() >= 2 and not _in_ray_worker()
+        mode = "process" if helpful else "thread"
     elif mode == "process" and user_sinks:
         logger.warning(
             "agenttrace: writer=process cannot run your own sink objects in another process; "
@@ -191,6 +193,18 @@ def _make_writer(
     if mode == "process":
         return RemoteWriter(spec)
     return EpisodeWriter.from_spec(spec, [as_sink(sink) for sink in user_sinks])
+
+
+def _in_ray_worker() -> bool:
+    """Ray kills a worker's child processes when the worker exits, helper writer included."""
+    if "ray" not in sys.modules:
+        return False
+    try:
+        from ray._private import worker
+
+        return worker.global_worker.mode == worker.WORKER_MODE
+    except Exception:
+        return False
 
 
 def _available_cpus() -> int:

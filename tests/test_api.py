@@ -1229,3 +1229,22 @@ def test_disabled_pipeline_records_nothing_and_runs_the_loop(tmp_path):
     assert not ep.span.get_span_context().is_valid
     runtime.shutdown()
     assert runtime.trajectory_paths == []
+
+
+def test_instrument_package_exports_every_integration_lazily() -> None:
+    import subprocess
+    import sys
+
+    import agenttrace.instrument as instrument
+
+    for name in instrument.__all__:
+        assert getattr(instrument, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        instrument.nope  # noqa: B018
+    light = subprocess.run(
+        [sys.executable, "-c", "import agenttrace, sys; print('gymnasium' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert light.stdout.strip() == "False"

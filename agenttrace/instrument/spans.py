@@ -122,6 +122,12 @@ class _Scope:
 
     role: str = ""
     kind = SpanKind.INTERNAL
+    #: A context key set (to True) in this span's context while it is current, so code running
+    #: inside can tell (the auto-instrumentor uses it to trace a call nested in a call of the
+    #: same target once, not twice).
+    _context_mark: str | None = None
+    #: The object (or class) a traced method was called on, when trace_callable knows it.
+    _receiver: Any = None
 
     def __init__(
         self,
@@ -182,6 +188,8 @@ class _Scope:
             ctx = trace.set_span_in_context(span, parent)
             if frame is not parent_frame:
                 ctx = otel_context.set_value(_FRAME_KEY, frame, ctx)
+            if self._context_mark is not None:
+                ctx = otel_context.set_value(self._context_mark, True, ctx)
             self._span, self._context = span, ctx
             self._started()
         except Exception:
@@ -286,59 +294,69 @@ class _Scope:
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
         if self._span is not None:
             raise TypeError("this scope already started; use a fresh one as a decorator")
-        try:
-            signature: inspect.Signature | None = inspect.signature(func)
-        except (TypeError, ValueError):
-            signature = None
-        template = self
+        return trace_callable(self, func)
 
-        def begin(args: tuple, kwargs: dict) -> _Scope:
-            scope = template._clone()
-            scope.start()
-            if scope._span is not None:
-                try:
-                    bound = signature.bind_partial(*args, **kwargs) if signature else None
-                    scope._on_call(bound)
-                except Exception:
-                    _internal_error(f"recording arguments of {func.__qualname__}")
-            return scope
 
-        def finish(scope: _Scope, result: Any) -> None:
-            if scope._span is not None:
-                try:
-                    scope._on_return(result)
-                except Exception:
-                    _internal_error(f"recording the result of {func.__qualname__}")
+def trace_callable(
+    template: _Scope, func: Callable[..., Any], *, receiver: bool = False
+) -> Callable[..., Any]:
+    """``func`` traced with a fresh clone of ``template`` per call.
 
-        if inspect.isasyncgenfunction(func):
-            return functools.wraps(func)(_async_generator_wrapper(func, begin))
-        if inspect.isgeneratorfunction(func):
-            return functools.wraps(func)(_generator_wrapper(func, begin))
-        if inspect.iscoroutinefunction(func):
+    The single implementation of per-call tracing: the decorators and the auto-instrumentor's
+    wrappers (agenttrace.instrument.auto) both use it, so arguments (``_on_call``), return
+    values (``_on_return``), exceptions and generators are handled the same way. The result
+    is a function of the same kind as ``func`` (sync, coroutine, generator or async generator
+    function). ``receiver=True`` says the first positional argument is the object or class a
+    method is bound to: it is never bound to the signature, so it cannot be taken for an
+    observation or action whatever its name.
+    """
+    try:
+        signature: inspect.Signature | None = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = None
+    skip = 0
+    if receiver and signature is not None:
+        parameters = list(signature.parameters.values())
+        if parameters and parameters[0].kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            signature = signature.replace(parameters=parameters[1:])
+            skip = 1
+    name = getattr(func, "__qualname__", None) or repr(func)
 
-            @functools.wraps(func)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                scope = begin(args, kwargs)
-                scope._attach()
-                try:
-                    result = await func(*args, **kwargs)
-                except BaseException as exc:
-                    scope._detach()
-                    scope.end(exc)
-                    raise
-                finish(scope, result)
-                scope._detach()
-                scope.end()
-                return result
+    def begin(args: tuple, kwargs: dict) -> _Scope:
+        scope = template._clone()
+        scope.start()
+        if scope._span is not None:
+            try:
+                if skip and args:
+                    scope._receiver = args[0]
+                bound = signature.bind_partial(*args[skip:], **kwargs) if signature else None
+                scope._on_call(bound)
+            except Exception:
+                _internal_error(f"recording arguments of {name}")
+        return scope
 
-            return async_wrapper
+    def finish(scope: _Scope, result: Any) -> None:
+        if scope._span is not None:
+            try:
+                scope._on_return(result)
+            except Exception:
+                _internal_error(f"recording the result of {name}")
+
+    if inspect.isasyncgenfunction(func):
+        return functools.wraps(func)(_async_generator_wrapper(func, begin))
+    if inspect.isgeneratorfunction(func):
+        return functools.wraps(func)(_generator_wrapper(func, begin))
+    if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             scope = begin(args, kwargs)
             scope._attach()
             try:
-                result = func(*args, **kwargs)
+                result = await func(*args, **kwargs)
             except BaseException as exc:
                 scope._detach()
                 scope.end(exc)
@@ -348,7 +366,24 @@ class _Scope:
             scope.end()
             return result
 
-        return wrapper
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        scope = begin(args, kwargs)
+        scope._attach()
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            scope._detach()
+            scope.end(exc)
+            raise
+        finish(scope, result)
+        scope._detach()
+        scope.end()
+        return result
+
+    return wrapper
 
 
 def _is_cancel(exc: BaseException) -> bool:

@@ -1,0 +1,592 @@
+"""Zero-code instrumentation: trace named functions and methods as episodes, steps, LLM calls.
+
+``AgentTraceInstrumentor`` is an OpenTelemetry ``BaseInstrumentor`` registered under the
+``opentelemetry_instrumentor`` entry point, so ``opentelemetry-instrument python train.py``
+loads it; with ``AGENTTRACE_TARGETS`` (or ``AGENTTRACE_TARGETS_FILE``) set it wraps the named
+functions and methods with wrapt and every call becomes an agenttrace span, exactly as if the
+function had been decorated (``@at.episode``, ``@at.env_step``, ...): the wrappers call the
+decorators' own per-call code (``spans.trace_callable``). In code::
+
+    AgentTraceInstrumentor().instrument(targets=["pkg.env:Env.step=env.step"])
+    ...
+    AgentTraceInstrumentor().uninstrument()  # every original attribute back, same objects
+
+Errors: targets given in code must all resolve or ``instrument`` raises ``TargetError`` naming
+each bad one and patches nothing. Targets from the environment are read inside
+``opentelemetry-instrument``, where raising would stop the user's program: each bad one is
+logged as an error (naming it and why) and the others are instrumented.
+
+Methods: the named class and every subclass that overrides the method (now, or later: an
+``__init_subclass__`` hook patches classes defined after ``instrument()``) are traced. A call
+made while a traced call of the same role and method name is in progress (an override calling
+``super()``, a wrapper env calling the env it wraps) is not traced again.
+
+Ray: a ``@ray.remote`` class is shipped to its actor processes by value (cloudpickle). The
+wrappers on its methods pickle as "this function, traced as that target", so actors created
+after ``instrument()`` run traced methods and write their own trajectories. Worker processes
+can also instrument themselves: they inherit ``AGENTTRACE_TARGETS`` and, under
+``opentelemetry-instrument``, its ``sitecustomize`` path; or give Ray the setup hook
+:func:`instrument_from_environment` (docs/auto-instrumentation.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+import threading
+import types
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.environment_variables import (
+    OTEL_PYTHON_DISABLED_INSTRUMENTATIONS,
+)
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
+from agenttrace import config
+from agenttrace.instrument import targets as targets_module
+from agenttrace.instrument.extractors import _UNSET
+from agenttrace.instrument.spans import _Scope, trace_callable
+from agenttrace.instrument.targets import (
+    RECEIVER_NAME,
+    ROLES,
+    Resolved,
+    Site,
+    Target,
+    TargetError,
+    overriding_subclasses,
+    resolve,
+    resolve_extractor,
+    site_for,
+)
+
+logger = logging.getLogger("agenttrace")
+
+#: The entry point name; ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` lists it to turn us off.
+ENTRY_POINT_NAME = "agenttrace"
+
+_ABSENT: Any = object()
+
+
+# --- the per-call wrapper ---------------------------------------------------------------------
+
+
+class _TargetCall:
+    """The wrapt wrapper function of one patched attribute.
+
+    Passes the call to the decorator-made traced function (same per-call logic as
+    ``@at.env_step`` and friends), or straight to the original when instrumentation is
+    suppressed, when this patch was withdrawn, or when a call of the same role and name is
+    already in progress in this context (so ``super().step()`` is traced once, not twice).
+    """
+
+    __slots__ = ("active", "mark", "receiver", "traced")
+
+    def __init__(self, traced: Callable[..., Any], receiver: bool, mark: str) -> None:
+        self.traced = traced
+        self.receiver = receiver
+        self.mark = mark
+        self.active = True
+
+    def __call__(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if (
+            not self.active
+            or otel_context.get_value(self.mark) is not None
+            or not is_instrumentation_enabled()
+        ):
+            return wrapped(*args, **kwargs)
+        if self.receiver and instance is not None:
+            return self.traced(instance, *args, **kwargs)
+        return self.traced(*args, **kwargs)
+
+
+class TracedFunction(wrapt.FunctionWrapper):
+    """A traced module-level function (or other attribute that is not a class method).
+
+    Pickles by reference (module and name), like the function it wraps: the receiving
+    process gets whatever that name is there, traced if that process instrumented it.
+    """
+
+    def __init__(self, wrapped: Any, call: _TargetCall, target: Target) -> None:
+        super().__init__(wrapped, call)
+        self._self_call = call
+        self._self_target = target
+
+    @property
+    def agenttrace_target(self) -> Target:
+        return self._self_target
+
+    @property
+    def agenttrace_call(self) -> _TargetCall:
+        return self._self_call
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (_import_attribute, (self._self_target.module, self._self_target.qualname))
+
+    def __reduce__(self) -> Any:
+        return self.__reduce_ex__(2)
+
+
+class TracedMethod(TracedFunction):
+    """A traced attribute of a class (function, staticmethod or classmethod).
+
+    Classes pickled by value (cloudpickle: Ray actor classes, classes of ``__main__``) carry
+    it as "this function, traced as this target", rebuilt on the other side. For that its
+    ``__class__`` is itself where the wrapped object is a plain function: cloudpickle would
+    otherwise pickle it as the bare function and drop the tracing. Bound (``obj.method``)
+    it looks like the method as usual.
+    """
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        wrapped_class = type(self.__wrapped__)
+        return type(self) if issubclass(wrapped_class, types.FunctionType) else wrapped_class
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (_rebuild_method, (self._self_target, self.__wrapped__))
+
+
+def _import_attribute(module: str, qualname: str) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _rebuild_method(target: Target, descriptor: Any) -> Any:
+    """Unpickling a traced method in another process: trace it there too, never fail."""
+    if isinstance(descriptor, TracedFunction):
+        return descriptor
+    try:
+        binding = targets_module.binding_of(descriptor)
+        return _make_wrapper(target, descriptor, binding, TracedMethod, _template(target, None))
+    except Exception:
+        logger.exception(
+            "agenttrace: could not trace %s in process %d; it runs untraced", target, os.getpid()
+        )
+        return descriptor
+
+
+# --- scopes per target -----------------------------------------------------------------------
+
+_marks: dict[tuple[str, str], str] = {}
+_marks_lock = threading.Lock()
+
+
+def _mark_for(role: str, attribute: str) -> str:
+    """The context key that says "a traced <attribute> call of <role> is in progress"."""
+    with _marks_lock:
+        key = _marks.get((role, attribute))
+        if key is None:
+            key = otel_context.create_key(f"agenttrace.target.{role}.{attribute}")
+            _marks[(role, attribute)] = key
+        return key
+
+
+class _ArgumentFields:
+    """Scope mixin: present the arguments a target names (``task_id=task.id``) to ``_on_call``
+    under the field names the role's decorator reads (``task_id``)."""
+
+    _fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+        if bound is not None and self._fields:
+            arguments = dict(bound.arguments)
+            for name, path in self._fields:
+                value = _pick(bound, path, self._receiver)  # type: ignore[attr-defined]
+                if value is not _UNSET:
+                    arguments[name] = value
+            bound = inspect.BoundArguments(bound.signature, arguments)  # type: ignore[arg-type]
+        super()._on_call(bound)  # type: ignore[misc]
+
+
+_scope_classes: dict[type[_Scope], type[_Scope]] = {}
+
+
+def _scope_class(base: type[_Scope]) -> type[_Scope]:
+    cls = _scope_classes.get(base)
+    if cls is None:
+        cls = type(f"Instrumented{base.__name__}", (_ArgumentFields, base), {})
+        _scope_classes[base] = cls
+    return cls
+
+
+def _pick(bound: inspect.BoundArguments, path: tuple[str, ...], receiver: Any) -> Any:
+    """The value at ``argument.attr.key...`` of a call, ``_UNSET`` when any part is missing.
+
+    ``self`` names the object (or class) a traced method was called on.
+    """
+    arguments = bound.arguments
+    head, rest = path[0], path[1:]
+    if head in arguments:
+        value = arguments[head]
+    elif head == RECEIVER_NAME and receiver is not None:
+        value = receiver
+    else:
+        value = _UNSET
+        for param in bound.signature.parameters.values():
+            if param.kind is param.VAR_KEYWORD and head in arguments.get(param.name, {}):
+                value = arguments[param.name][head]
+        if value is _UNSET:
+            return _UNSET
+    for part in rest:
+        try:
+            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
+        except Exception:
+            return _UNSET
+    return value
+
+
+def _template(target: Target, tracer_provider: Any) -> _Scope:
+    """The scope every call of ``target`` clones: role, extractor, argument fields, mark."""
+    base = ROLES[target.role]
+    options: dict[str, Any] = {"tracer_provider": tracer_provider}
+    extractor = resolve_extractor(target)
+    if extractor is not None:
+        options["extractor"] = extractor
+    template = _scope_class(base)(**options)
+    template._fields = tuple(  # type: ignore[attr-defined]
+        (name, tuple(where.split("."))) for name, where in target.arguments.items()
+    )
+    template._context_mark = _mark_for(target.role, target.attribute)
+    return template
+
+
+def _make_wrapper(
+    target: Target, descriptor: Any, binding: str, kind: type[TracedFunction], template: _Scope
+) -> TracedFunction:
+    """A wrapt wrapper around ``descriptor`` whose calls run the decorator's traced code."""
+    site = Site(None, target.attribute, descriptor, True, binding)
+    traced = trace_callable(template, site.function, receiver=site.receiver)
+    call = _TargetCall(traced, site.receiver, template._context_mark or "")
+    return kind(descriptor, call, target)
+
+
+# --- patching --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Patch:
+    """One attribute we set, and what to put back."""
+
+    owner: Any
+    attribute: str
+    previous: Any  # the owner's own value before, or _ABSENT when it had none
+    installed: Any
+    label: str
+    call: _TargetCall | None = None  # None for __init_subclass__ hooks
+
+    def restore(self) -> bool:
+        """Put the previous value back; False when someone replaced ours meanwhile."""
+        if vars(self.owner).get(self.attribute, _ABSENT) is not self.installed:
+            return False
+        if self.previous is _ABSENT:
+            delattr(self.owner, self.attribute)
+        else:
+            setattr(self.owner, self.attribute, self.previous)
+        return True
+
+
+class _Patcher:
+    """Applies resolved targets and remembers every change, in order, to undo it."""
+
+    def __init__(self, tracer_provider: Any) -> None:
+        self.tracer_provider = tracer_provider
+        self.patches: list[_Patch] = []
+        self.hooks: dict[int, _SubclassHook] = {}
+        self.lock = threading.RLock()
+        self.active = True
+
+    def apply(self, resolved: Resolved, sites: list[Site]) -> None:
+        target = resolved.target
+        if _already_sent_to_ray(resolved.ray_actor):
+            logger.warning(
+                "agenttrace: %s: the Ray actor class was already sent to this Ray session's "
+                "workers; actors created from it there stay untraced (instrument before its "
+                "first .remote())",
+                target.path,
+            )
+        template = _template(target, self.tracer_provider)
+        for site in sites:
+            self._patch_site(target, site, template)
+        owner = resolved.site.owner
+        if isinstance(owner, type):
+            self._hook_subclasses(target, owner, template)
+
+    def _patch_site(self, target: Target, site: Site, template: _Scope) -> None:
+        kind = TracedMethod if isinstance(site.owner, type) else TracedFunction
+        wrapper = _make_wrapper(target, site.descriptor, site.binding, kind, template)
+        previous = site.descriptor if site.own else _ABSENT
+        setattr(site.owner, site.attribute, wrapper)
+        with self.lock:
+            self.patches.append(
+                _Patch(
+                    site.owner, site.attribute, previous, wrapper, site.label, wrapper._self_call
+                )
+            )
+
+    def _hook_subclasses(self, target: Target, owner: type, template: _Scope) -> None:
+        """Patch classes defined later that override the method, as they are created."""
+        hook = self.hooks.get(id(owner))
+        if hook is None:
+            previous = vars(owner).get("__init_subclass__", _ABSENT)
+            hook = _SubclassHook(owner, previous, self)
+            installed = classmethod(hook)
+            setattr(owner, "__init_subclass__", installed)  # noqa: B010 - a dunder on purpose
+            self.hooks[id(owner)] = hook
+            with self.lock:
+                label = f"{owner.__module__}.{owner.__qualname__}.__init_subclass__"
+                self.patches.append(_Patch(owner, "__init_subclass__", previous, installed, label))
+        hook.targets.append((target, template))
+
+    def undo(self, since: int = 0) -> None:
+        """Restore what was patched, newest first; ``since`` keeps the first patches."""
+        with self.lock:
+            if since == 0:
+                self.active = False
+            patches, self.patches = self.patches[since:], self.patches[:since]
+        for patch in reversed(patches):
+            if patch.call is not None:
+                patch.call.active = False  # even if it cannot be removed, it stops tracing
+            else:
+                self.hooks.pop(id(patch.owner), None)
+            try:
+                restored = patch.restore()
+            except Exception:
+                logger.exception("agenttrace: could not restore %s", patch.label)
+                continue
+            if not restored:
+                logger.warning(
+                    "agenttrace: %s was replaced after it was instrumented; left as is "
+                    "(the agenttrace wrapper inside it no longer traces)",
+                    patch.label,
+                )
+
+
+def _already_sent_to_ray(actor_class: Any) -> bool:
+    metadata = getattr(actor_class, "__ray_metadata__", None)
+    return getattr(metadata, "last_export_cluster_and_job", None) is not None
+
+
+class _SubclassHook:
+    """``__init_subclass__`` of a class with traced methods: runs the class's previous hook
+    (or the base classes'), then traces the new subclass's overrides of those methods.
+
+    It pickles without the patcher (a class pickled by value, e.g. a Ray actor class, carries
+    only the chaining part: the receiving process traces what it instrumented itself). It has
+    slots, not a ``__dict__``, so tools that walk class namespaces (``dis.dis``, which Ray runs
+    on actor classes) do not recurse from it back into the class.
+    """
+
+    __slots__ = ("owner", "patcher", "previous", "targets")
+
+    def __init__(self, owner: type, previous: Any, patcher: _Patcher | None = None) -> None:
+        self.owner = owner
+        self.previous = previous
+        self.patcher = patcher
+        self.targets: list[tuple[Target, _Scope]] = []
+
+    def __call__(self, cls: type, **kwargs: Any) -> None:
+        previous = self.previous
+        if previous is _ABSENT:
+            super(self.owner, cls).__init_subclass__(**kwargs)
+        elif isinstance(previous, (classmethod, staticmethod)):
+            previous.__get__(None, cls)(**kwargs)
+        else:
+            previous(cls, **kwargs)
+        patcher = self.patcher
+        if patcher is None or not patcher.active:
+            return
+        for target, template in self.targets:
+            if target.attribute not in vars(cls):
+                continue
+            try:
+                site = site_for(cls, target.attribute)
+                if site is not None and not isinstance(site.descriptor, TracedFunction):
+                    patcher._patch_site(target, site, template)
+            except Exception:
+                logger.exception(
+                    "agenttrace: could not trace %s.%s", cls.__qualname__, target.attribute
+                )
+
+    def __reduce__(self) -> Any:
+        absent = self.previous is _ABSENT
+        return (_chaining_hook, (self.owner, absent, None if absent else self.previous))
+
+
+def _chaining_hook(owner: type, absent: bool, previous: Any) -> _SubclassHook:
+    """A hook rebuilt from a pickle: it only chains to the previous hook."""
+    return _SubclassHook(owner, _ABSENT if absent else previous)
+
+
+def _plan(targets: list[Target]) -> tuple[list[tuple[Resolved, list[Site]]], list[TargetError]]:
+    """Resolve every target and list its patch sites; each site belongs to one target."""
+    plan: list[tuple[Resolved, list[Site]]] = []
+    errors: list[TargetError] = []
+    claimed: dict[tuple[int, str], Target] = {}
+    for target in targets:
+        try:
+            resolved = resolve(target)
+            resolve_extractor(target)
+            sites = [resolved.site]
+            owner = resolved.site.owner
+            if isinstance(owner, type):
+                for cls in overriding_subclasses(owner, target.attribute):
+                    site = site_for(cls, target.attribute)
+                    if site is not None:
+                        sites.append(site)
+            for site in sites:
+                if isinstance(site.descriptor, TracedFunction):
+                    raise TargetError(
+                        f"target {target.path}: {site.label} is already traced (by "
+                        f"{site.descriptor.agenttrace_target}); uninstrument first"
+                    )
+                key = (id(site.owner), site.attribute)
+                other = claimed.get(key)
+                if other is not None:
+                    raise TargetError(
+                        f"target {target.path}: {site.label} is also covered by target "
+                        f"{other.path} (a method's targets cover its overrides); keep one"
+                    )
+            for site in sites:
+                claimed[(id(site.owner), site.attribute)] = target
+            plan.append((resolved, sites))
+        except TargetError as exc:
+            errors.append(exc)
+    return plan, errors
+
+
+# --- the instrumentor ------------------------------------------------------------------------
+
+
+class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Trace named functions and methods as agenttrace episodes, steps and LLM calls.
+
+    ``instrument(targets=[...], tracer_provider=None)``: targets are strings in the
+    ``AGENTTRACE_TARGETS`` syntax or :class:`~agenttrace.instrument.targets.Target` objects;
+    without ``targets`` they come from ``AGENTTRACE_TARGETS_FILE`` and ``AGENTTRACE_TARGETS``.
+    ``uninstrument()`` puts every original attribute back.
+    """
+
+    _patcher: _Patcher | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ()  # traces the user's own code; no library to check for
+
+    def _instrument(self, **kwargs: Any) -> None:
+        given = kwargs.get("targets")
+        if disabled_by_environment():
+            logger.log(
+                logging.WARNING if given is not None else logging.INFO,
+                "agenttrace: instrumentation off (%s lists %s)",
+                OTEL_PYTHON_DISABLED_INSTRUMENTATIONS,
+                ENTRY_POINT_NAME,
+            )
+            return
+        patcher = _Patcher(kwargs.get("tracer_provider"))
+        if given is not None:
+            targets, errors = _targets_from_code(given)
+            plan, plan_errors = _plan(targets)
+            errors += plan_errors
+            if errors:
+                raise TargetError(
+                    "agenttrace: nothing instrumented; " + "; ".join(str(e) for e in errors)
+                )
+        else:
+            targets, errors = targets_from_environment()
+            plan, plan_errors = _plan(targets)
+            for error in errors + plan_errors:
+                logger.error("agenttrace: %s; not instrumented (the other targets are)", error)
+        for resolved, sites in plan:
+            done = len(patcher.patches)
+            try:
+                patcher.apply(resolved, sites)
+            except Exception:
+                if given is not None:
+                    patcher.undo()
+                    raise
+                patcher.undo(since=done)  # this target only; the others stay
+                logger.exception("agenttrace: instrumenting %s failed", resolved.target)
+        self._patcher = patcher
+        if plan:
+            logger.debug("agenttrace: instrumented %s", "; ".join(str(r.target) for r, _ in plan))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        patcher, self._patcher = self._patcher, None
+        if patcher is not None:
+            patcher.undo()
+
+    @property
+    def instrumented_targets(self) -> list[str]:
+        """The attributes currently patched, as ``module.Class.attribute`` labels."""
+        patcher = self._patcher
+        if patcher is None:
+            return []
+        with patcher.lock:
+            return [p.label for p in patcher.patches if p.call is not None]
+
+
+def _targets_from_code(given: Any) -> tuple[list[Target], list[TargetError]]:
+    if isinstance(given, (str, Target, Mapping)):
+        given = [given]
+    if not isinstance(given, Iterable):
+        raise TargetError(f"targets must be a list of strings or Targets, got {given!r}")
+    found: list[Target] = []
+    errors: list[TargetError] = []
+    for value in given:
+        try:
+            found.extend(targets_module.targets_from_value(value))
+        except TargetError as exc:
+            errors.append(exc)
+    return found, errors
+
+
+def targets_from_environment(
+    environ: Mapping[str, str] | None = None,
+) -> tuple[list[Target], list[TargetError]]:
+    """Targets from ``AGENTTRACE_TARGETS_FILE`` then ``AGENTTRACE_TARGETS``, with the errors."""
+    found: list[Target] = []
+    errors: list[TargetError] = []
+    path = config.read_setting("targets_file", environ)
+    if path:
+        more, bad = targets_module.read_targets_file(path)
+        found += more
+        errors += bad
+    text = config.read_setting("targets", environ)
+    if text:
+        more, bad = targets_module.parse_targets(text)
+        found += more
+        errors += [TargetError(f"AGENTTRACE_TARGETS: {e}") for e in bad]
+    return found, errors
+
+
+def disabled_by_environment(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` lists ``agenttrace`` (or ``*``).
+
+    opentelemetry-instrument then never loads the instrumentor; direct use honours it too.
+    """
+    environ = os.environ if environ is None else environ
+    names = {n.strip() for n in environ.get(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")}
+    return ENTRY_POINT_NAME in names or "*" in names
+
+
+def instrument_from_environment() -> None:
+    """Instrument this process from ``AGENTTRACE_TARGETS``; never raises.
+
+    For processes that do not start through ``opentelemetry-instrument``, e.g. Ray workers:
+    ``ray.init(runtime_env={"worker_process_setup_hook":
+    "agenttrace.instrument.auto.instrument_from_environment"})``.
+    """
+    instrumentor = AgentTraceInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        return
+    try:
+        instrumentor.instrument(skip_dep_check=True)
+    except Exception:
+        logger.exception("agenttrace: instrumenting process %d failed", os.getpid())

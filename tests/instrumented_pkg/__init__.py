@@ -1,0 +1,1 @@
+"""User code that never imports agenttrace, instrumented in tests only through targets."""
