@@ -241,17 +241,8 @@ def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settin
         given = explicit.get(setting.name)
         if given is not None:
             value = _check_explicit(setting, given)
-        elif environ.get(setting.env, "").strip():
-            raw = environ[setting.env]
-            try:
-                value = setting.parse(raw)
-            except Exception as exc:
-                raise ConfigError(
-                    f"{setting.env}={raw!r} is not a valid value for {setting.name}: {exc}"
-                ) from exc
-            _check_choices(setting, value, f"{setting.env}={raw!r}")
         else:
-            value = setting.default
+            value = _from_environment(setting, environ)
         values[setting.name] = value
     assert {f.name for f in fields(Settings)} == set(values)
     return Settings(**values)
@@ -266,7 +257,11 @@ def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     setting = _BY_NAME.get(name)
     if setting is None:
         raise ConfigError(f"unknown setting: {name}")
-    environ = os.environ if environ is None else environ
+    return _from_environment(setting, os.environ if environ is None else environ)
+
+
+def _from_environment(setting: Setting, environ: Mapping[str, str]) -> Any:
+    """The setting's environment variable, parsed and checked; its default when unset."""
     raw = environ.get(setting.env, "")
     if not raw.strip():
         return setting.default
