@@ -1,0 +1,193 @@
+"""examples/http_interactor: an unmodified Safactory-style Interactor traced by configuration.
+
+The example runs as its README says (``./run.sh`` under ``opentelemetry-instrument``, with its
+own scripted LLM server and aiohttp env server on 127.0.0.1), once for the whole module. Its
+SQLite rows are the reference: every trajectory agenttrace wrote must carry the same per-step
+fields, and the offline rebuild from all span files of the run must equal the live one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agenttrace as at
+from agenttrace import semconv as sc
+from agenttrace.sinks import load_trajectories
+from agenttrace.storage import read_otlp_json
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "http_interactor"
+EPISODES = 8
+POLICY_VERSION = "ckpt-test-0042"
+API_KEY = "sk-http-interactor-test-5e1f0c"
+
+
+@dataclass
+class ExampleRun:
+    stderr: str
+    out: Path
+    sessions: dict[str, dict[str, Any]]  # by task_id
+    rows: dict[str, list[dict[str, Any]]]  # by task_id, in step order
+    live: list[at.Trajectory]
+    offline: list[at.Trajectory]
+
+
+def example_environment(out: Path) -> dict[str, str]:
+    """The caller's environment without agenttrace/OpenTelemetry settings, plus the run's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
+    instrument = shutil.which("opentelemetry-instrument")
+    assert instrument, "opentelemetry-instrument is installed with opentelemetry-instrumentation"
+    path = os.pathsep.join([str(Path(sys.executable).parent), str(Path(instrument).parent)])
+    env.update(
+        AGENTTRACE_OUT=str(out),
+        PYTHON=sys.executable,
+        OPENAI_API_KEY=API_KEY,
+        PATH=path + os.pathsep + env.get("PATH", ""),
+    )
+    return env
+
+
+def run_example(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``./run.sh ARGS`` in the example folder; its whole process group is killed at the end."""
+    process = subprocess.Popen(
+        ["./run.sh", *args],
+        cwd=EXAMPLE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the env server too, if anything hung
+        if process.poll() is None:
+            process.communicate()
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def read_rows(db: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    connection = sqlite3.connect(db)
+    connection.row_factory = sqlite3.Row
+    try:
+        sessions = [dict(r) for r in connection.execute("SELECT * FROM sessions")]
+        steps = [dict(r) for r in connection.execute("SELECT * FROM steps ORDER BY step_id")]
+    finally:
+        connection.close()
+    task_of = {s["session_id"]: s["task_id"] for s in sessions}
+    rows: dict[str, list[dict[str, Any]]] = {s["task_id"]: [] for s in sessions}
+    for step in steps:
+        rows[task_of[step["session_id"]]].append(step)
+    return {s["task_id"]: s for s in sessions}, rows
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
+    tmp = tmp_path_factory.mktemp("http_interactor")
+    out, db = tmp / "runs", tmp / "rollouts.sqlite"
+    args = ["--episodes", str(EPISODES), "--policy-version", POLICY_VERSION, "--db", str(db)]
+    done = run_example(args, example_environment(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"{EPISODES} episodes" in done.stdout
+    sessions, rows = read_rows(db)
+    live = load_trajectories(sorted(out.glob("*/trajectories*.jsonl")))
+    offline = at.assemble(read_otlp_json(sorted(out.glob("*/spans*.jsonl"))))
+    return ExampleRun(done.stderr, out, sessions, rows, live, offline)
+
+
+def by_task(trajectories: list[at.Trajectory]) -> dict[str, at.Trajectory]:
+    found = {t.task_id: t for t in trajectories}
+    assert len(found) == len(trajectories), "one trajectory per task"
+    return found
+
+
+def test_every_target_resolves_and_every_episode_is_recorded(example_run: ExampleRun) -> None:
+    assert "not instrumented" not in example_run.stderr  # a target failed to resolve
+    assert "Traceback" not in example_run.stderr
+    assert len(example_run.sessions) == EPISODES
+    assert {s["policy_version"] for s in example_run.sessions.values()} == {POLICY_VERSION}
+    assert sorted(by_task(example_run.live)) == sorted(example_run.sessions)
+    # The run covers each way an episode ends (from the rows, whatever the script does).
+    last_rows = [rows[-1] for rows in example_run.rows.values()]
+    assert any(not r["is_trainable"] for r in last_rows), "an episode ended by length"
+    assert any(r["truncated"] and r["is_trainable"] for r in last_rows), "an env truncation"
+    assert any(r["terminated"] and not r["truncated"] for r in last_rows), "a solved task"
+
+
+def test_each_step_carries_its_sqlite_row(example_run: ExampleRun) -> None:
+    trajectories = by_task(example_run.live)
+    for task_id, rows in example_run.rows.items():
+        trajectory = trajectories[task_id]
+        session = example_run.sessions[task_id]
+        assert trajectory.missing_steps == []
+        assert [s.index for s in trajectory.steps] == [r["step_id"] for r in rows]
+        assert trajectory.length == len(rows)
+        assert trajectory.return_ == pytest.approx(sum(r["step_reward"] for r in rows))
+        for step, row in zip(trajectory.steps, rows, strict=True):
+            messages, response = json.loads(row["messages"]), row["response"]
+            env_state = None if row["env_state"] is None else json.loads(row["env_state"])
+            assert step.observation == messages
+            assert step.action["content"] == response
+            assert step.reward == row["step_reward"]
+            assert step.terminated is bool(row["terminated"])
+            assert step.truncated is bool(row["truncated"])
+            assert step.info == {"env_state": env_state, "is_trainable": bool(row["is_trainable"])}
+            (call,) = step.llm_calls
+            assert call.input_messages == messages
+            assert call.output_messages == [{"role": "assistant", "content": response}]
+            assert call.model == session["policy_version"]
+            assert call.attributes[sc.GEN_AI_REQUEST_MODEL] == session["policy_version"]
+            assert (call.finish_reasons == ["length"]) is not bool(row["is_trainable"])
+
+
+def test_length_ends_the_episode_with_reward_zero_terminated_and_truncated(
+    example_run: ExampleRun,
+) -> None:
+    trajectories = by_task(example_run.live)
+    for task_id, rows in example_run.rows.items():
+        trajectory = trajectories[task_id]
+        reasons = [step.llm_calls[0].finish_reasons for step in trajectory.steps]
+        assert ["length"] not in reasons[:-1], "a cut reply is always the episode's last step"
+        last = trajectory.steps[-1]
+        if reasons[-1] == ["length"]:
+            assert (last.reward, last.terminated, last.truncated) == (0.0, True, True)
+            assert (rows[-1]["step_reward"], rows[-1]["terminated"], rows[-1]["truncated"]) == (
+                0.0,
+                1,
+                1,
+            )
+            assert trajectory.status == sc.STATUS_COMPLETED  # terminated wins
+        elif last.terminated:
+            assert trajectory.status == sc.STATUS_COMPLETED
+        else:
+            assert last.truncated
+            assert trajectory.status == sc.STATUS_TRUNCATED
+
+
+def test_offline_rebuild_from_all_span_files_equals_live(example_run: ExampleRun) -> None:
+    def key(t: at.Trajectory) -> str:
+        return t.episode_id
+
+    offline = sorted(example_run.offline, key=key)
+    assert offline == sorted(example_run.live, key=key)
+    assert all(t.status != sc.STATUS_INCOMPLETE and not t.missing_steps for t in offline)
+
+
+def test_the_api_key_is_never_recorded(example_run: ExampleRun) -> None:
+    files = [p for p in example_run.out.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        assert API_KEY not in path.read_text(errors="replace"), path
