@@ -134,3 +134,14 @@ def test_span_file_is_collector_format(pipeline) -> None:
                 for span in scope["spans"]:
                     assert len(span["traceId"]) == 32 and len(span["spanId"]) == 16
                     assert isinstance(span["startTimeUnixNano"], str)
+
+
+def test_info_recorded_on_several_spans_of_a_step_is_merged(pipeline) -> None:
+    with at.episode():
+        with at.timestep() as step:
+            step.record(info={"is_trainable": False, "source": "runner"})
+            with at.env_step() as env_step:
+                env_step.record(reward=1.0, terminated=True, info={"source": "env", "x": 1})
+    result = read_run(pipeline)
+    for trajectory in (result.live[0], result.offline[0]):
+        assert trajectory.steps[0].info == {"is_trainable": False, "source": "env", "x": 1}

@@ -9,6 +9,7 @@ way it sees one batch at a time from one thread, and everything it loses is coun
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -127,8 +128,20 @@ class EpisodeWriter:
 
     @classmethod
     def from_spec(cls, spec: WriterSpec, extra_sinks: Iterable[Sink] = ()) -> EpisodeWriter:
-        span_writer = OtlpJsonLinesWriter(**spec.span_file) if spec.span_file else None
-        return cls([*(build_sink(s) for s in spec.sinks), *extra_sinks], span_writer)
+        built: list[Any] = []
+        try:
+            span_writer = OtlpJsonLinesWriter(**spec.span_file) if spec.span_file else None
+            if span_writer is not None:
+                built.append(span_writer)
+            for sink_spec in spec.sinks:
+                built.append(build_sink(sink_spec))
+        except BaseException:
+            for output in built:  # a later sink failed to open: release what did open
+                with contextlib.suppress(Exception):
+                    output.close()
+            raise
+        sinks = built[1:] if span_writer is not None else built
+        return cls([*sinks, *extra_sinks], span_writer)
 
     def write(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
         """One batch: span-only items (lists of records) and finished episodes."""

@@ -237,6 +237,7 @@ class _Helper:
             logger.exception("agenttrace: bad reply from the writer process")
         finally:
             self._died()
+            stdout.close()
 
     def _died(self) -> None:
         if not self.alive:

@@ -27,7 +27,7 @@ from typing import Any
 from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
 from agenttrace.trajectory.codec import as_raw_json
-from agenttrace.trajectory.model import EpisodeError, Step, Trajectory
+from agenttrace.trajectory.model import EpisodeError, Step, Trajectory, decoded_content
 from agenttrace.trajectory.records import SpanRecord
 
 _STEP_ROLES = (sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP)
@@ -260,13 +260,31 @@ def _build_steps(
                 terminated=bool(terminated),
                 truncated=bool(truncated),
                 discount=None if discount is None else float(discount),
-                info=_text(merged[sc.INFO], own) if sc.INFO in merged else None,
+                info=_merged_info(present, own),
                 start_time=start,
                 end_time=end,
             )
         )
         previous_index = index
     return steps, returned
+
+
+def _merged_info(present: list[SpanRecord], own: bool) -> Any:
+    """The step's info: one span's as it is; several spans' dicts merged, later roles winning.
+
+    A runner may record info on its timestep (``is_trainable``) while the env's step records
+    its own; neither should hide the other.
+    """
+    infos = [_text(r.attributes[sc.INFO], own) for r in present if sc.INFO in r.attributes]
+    if len(infos) <= 1:
+        return infos[0] if infos else None
+    decoded = [decoded_content(info) for info in infos]
+    if not all(isinstance(info, dict) for info in decoded):
+        return infos[-1]
+    merged: dict[str, Any] = {}
+    for info in decoded:
+        merged.update(info)
+    return merged
 
 
 def _step_index_of(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> int | None:

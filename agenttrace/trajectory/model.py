@@ -43,15 +43,21 @@ class _Content:
             return None  # the dataclass default
         value = obj.__dict__[self.key]
         if type(value) is RawJSON:
-            try:
-                value = loads(value)
-            except ValueDecodeError:  # valid JSON, malformed tags: keep the plain data
-                value = json.loads(value)
-            obj.__dict__[self.key] = value
+            value = obj.__dict__[self.key] = decoded_content(value)
         return value
 
     def __set__(self, obj: Any, value: Any) -> None:
         obj.__dict__[self.key] = value
+
+
+def decoded_content(value: Any) -> Any:
+    """A content value with RawJSON text decoded (other values as they are)."""
+    if type(value) is not RawJSON:
+        return value
+    try:
+        return loads(value)
+    except ValueDecodeError:  # valid JSON, malformed tags: keep the plain data
+        return json.loads(value)
 
 
 def content_json(obj: Any, name: str) -> str:
