@@ -74,6 +74,13 @@ GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
 GEN_AI_SYSTEM = "gen_ai.system"  # the pre-1.37 name of gen_ai.provider.name, still read
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+#: Request parameters agenttrace's llm_call records, by argument name.
+GEN_AI_REQUEST_PARAMETERS = {
+    "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "seed": "gen_ai.request.seed",
+}
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"

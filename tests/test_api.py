@@ -1170,12 +1170,14 @@ def test_decorated_llm_call_records_request_and_response(mem):
     def create(model, messages, temperature=1.0, max_tokens=None, **kwargs):
         return completion("ok")
 
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
     with at.episode(), at.timestep():
         response = create(
             model="gpt-test",
             messages=[{"role": "user", "content": "hi"}],
             temperature=0.25,
             max_tokens=64,
+            tools=tools,
         )
     assert response.choices[0].message.content == "ok"
     span = mem.one("chat gpt-test")
@@ -1188,6 +1190,7 @@ def test_decorated_llm_call_records_request_and_response(mem):
     assert call.output_messages[0] == {"role": "assistant", "content": "ok"}
     assert call.finish_reasons == ["stop", "length"]
     assert (call.input_tokens, call.output_tokens) == (11, 7)
+    assert call.attributes[sc.GEN_AI_TOOL_DEFINITIONS] == tools
 
 
 def test_failed_llm_call_is_recorded_as_error(mem):

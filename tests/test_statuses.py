@@ -618,3 +618,57 @@ def test_incomplete_when_the_per_episode_span_limit_is_hit(tmp_path):
     (offline,) = result.offline
     assert offline.status == sc.STATUS_TRUNCATED
     assert [s.index for s in offline.steps] == [0, 1, 2, 3, 4]
+
+
+def test_a_reset_error_the_runner_catches_still_makes_the_episode_errored(pipeline):
+    """The reference Runner returns an empty trajectory with error_info when reset fails."""
+
+    @at.env_reset
+    def reset(task: str):
+        raise ValueError(f"cannot parse task {task!r}")
+
+    @at.episode
+    def play_episode(task: str) -> dict:
+        try:
+            reset(task)
+        except ValueError as exc:
+            return {"timesteps": [], "error_info": str(exc)}
+        return {"timesteps": []}
+
+    assert play_episode("1 +* 2") == {"timesteps": [], "error_info": "cannot parse task '1 +* 2'"}
+    result = read_run(pipeline)
+    for trajectory in (result.live[0], result.offline[0]):
+        assert trajectory.status == sc.STATUS_ERRORED
+        assert trajectory.error.type == "ValueError"
+        assert trajectory.error.message == "cannot parse task '1 +* 2'"
+        assert trajectory.length == 0
+
+
+async def test_an_agent_cancelled_before_its_env_step_still_counts_in_the_length(pipeline):
+    started = asyncio.Event()
+
+    @at.agent_act
+    async def act(observation: int) -> int:
+        if observation == 2:
+            started.set()
+            await asyncio.sleep(3600)
+        return observation + 1
+
+    @at.episode
+    async def play() -> None:
+        observation = 0
+        for _ in range(5):
+            action = await act(observation)
+            with at.env_step() as step:
+                observation = step.record_result((action, 1.0, False))[0]
+
+    task = asyncio.create_task(play())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    result = read_run(pipeline)
+    for trajectory in (result.live[0], result.offline[0]):
+        assert trajectory.status == sc.STATUS_CANCELLED
+        assert trajectory.length == len(trajectory.steps) == 3
+        assert trajectory.missing_steps == []

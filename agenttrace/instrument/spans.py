@@ -67,6 +67,7 @@ class _EpisodeState:
         "handle",
         "length",
         "next_index",
+        "reset_error",
         "rewards",
         "runtime",
         "status",
@@ -85,6 +86,8 @@ class _EpisodeState:
         self.status: str | None = None
         self.env_key: int | None = None
         self.handle: EpisodeScope | None = None
+        # An exception that ended an env.reset span of this episode (the runner may catch it).
+        self.reset_error: Exception | None = None
 
     @property
     def return_(self) -> float:
@@ -655,6 +658,11 @@ class EnvResetScope(StepScope):
     def _on_return(self, result: Any) -> None:
         self.record_result(result)
 
+    def _finishing(self, exc: BaseException | None) -> None:
+        episode = self._frame.episode if self._frame else None
+        if episode is not None and isinstance(exc, Exception) and not _is_cancel(exc):
+            episode.reset_error = exc
+
 
 class TimestepScope(StepScope):
     role = sc.TIMESTEP
@@ -681,11 +689,17 @@ class AgentActScope(StepScope):
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         index = self._index
+        episode = frame.episode if frame else None
         if index is None:
             if frame is not None and frame.index is not None:
                 index = frame.index
             else:
-                index = frame.episode.next_index if frame and frame.episode else 0
+                index = episode.next_index if episode else 0
+        if episode is not None:
+            # The step exists from here on, even if the env.step it pairs with never comes
+            # (the agent was cancelled): it counts in the length. next_index stays, so that
+            # env.step takes this index.
+            episode.length = max(episode.length, index + 1)
         return self._step_frame(frame, index, attributes)
 
     def _on_call(self, bound: inspect.BoundArguments | None) -> None:
@@ -851,13 +865,22 @@ class EpisodeScope(_Scope):
                 status = sc.STATUS_CANCELLED
             elif isinstance(exc, Exception):
                 status = sc.STATUS_ERRORED
+            elif state.length == 0 and state.reset_error is not None:
+                # The reset failed and the runner caught it (returning an empty trajectory
+                # with its error, say): the episode errored, with the reset's exception.
+                status = sc.STATUS_ERRORED
+                error = state.reset_error
+                self._span.record_exception(error)
+                self._span.set_status(
+                    Status(StatusCode.ERROR, f"{type(error).__name__}: {error}")
+                )
             else:
                 terminated, _ = state.last_step_flags()
                 if terminated or state.length == 0:
                     status = sc.STATUS_COMPLETED
                 else:
                     status = sc.STATUS_TRUNCATED
-        if status == sc.STATUS_ERRORED and exc is None:
+        if status == sc.STATUS_ERRORED and exc is None and state.reset_error is None:
             self._span.set_status(Status(StatusCode.ERROR, "episode errored"))
         self._span.set_attributes(
             {
@@ -920,6 +943,7 @@ class LLMCallScope(_Scope):
         input_tokens: int | None = None,
         output_tokens: int | None = None,
         response_id: str | None = None,
+        tool_definitions: Any = _UNSET,
     ) -> None:
         """Record the request and response of the call (content follows the content policy)."""
         span = self._span
@@ -930,6 +954,7 @@ class LLMCallScope(_Scope):
             for key, value in (
                 (sc.GEN_AI_INPUT_MESSAGES, input_messages),
                 (sc.GEN_AI_OUTPUT_MESSAGES, output_messages),
+                (sc.GEN_AI_TOOL_DEFINITIONS, tool_definitions),
             ):
                 if value is not _UNSET:
                     text = self._content(key, value)
@@ -990,12 +1015,15 @@ class LLMCallScope(_Scope):
             self.set_attribute(sc.GEN_AI_REQUEST_MODEL, model)
             self._span.update_name(self._span_name())  # type: ignore[union-attr]
         messages = arguments.get("messages", arguments.get("prompt", _UNSET))
-        if messages is not _UNSET:
-            self.record(input_messages=messages)
-        for name in ("temperature", "top_p", "max_tokens", "seed"):
+        tools = arguments.get("tools")
+        self.record(
+            input_messages=messages,
+            tool_definitions=tools if tools is not None else _UNSET,
+        )
+        for name, key in sc.GEN_AI_REQUEST_PARAMETERS.items():
             value = arguments.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._span.set_attribute(f"gen_ai.request.{name}", value)  # type: ignore[union-attr]
+                self._span.set_attribute(key, value)  # type: ignore[union-attr]
 
     def _on_return(self, result: Any) -> None:
         if isinstance(result, str):
