@@ -68,6 +68,7 @@ SINK_CHOICES = ("jsonl", "parquet", "jsondir", "otlp")
 SPAN_EXPORT_CHOICES = ("file", "otlp", "none")
 CONTENT_CHOICES = ("full", "none")
 WRITER_CHOICES = ("auto", "process", "thread")
+PROPAGATE_CHOICES = ("threads", "httpx", "aiohttp")
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -205,6 +206,20 @@ SETTINGS: tuple[Setting, ...] = (
         "Path of a TOML or JSON file listing more targets for the auto-instrumentor "
         "(format in docs/auto-instrumentation.md).",
     ),
+    Setting(
+        "propagate",
+        "AGENTTRACE_PROPAGATE",
+        _parse_list,
+        None,
+        "Libraries the auto-instrumentor patches so work and requests made inside an episode "
+        "carry it, comma-separated: threads (ThreadPoolExecutor.submit and map, so "
+        "loop.run_in_executor too, run work in the submitter's context), httpx "
+        "(Client/AsyncClient.send add traceparent and episode baggage), aiohttp (every "
+        "web.Application runs its handlers in the caller's context). Default: none, "
+        "library behaviour unchanged (docs/context-propagation.md). Read by "
+        "AgentTraceInstrumentor, not by configure().",
+        PROPAGATE_CHOICES,
+    ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 
@@ -228,6 +243,7 @@ class Settings:
     jsonl_max_bytes: int
     targets: str | None
     targets_file: str | None
+    propagate: tuple[str, ...] | None
 
 
 def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settings:
@@ -258,6 +274,18 @@ def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     if setting is None:
         raise ConfigError(f"unknown setting: {name}")
     return _from_environment(setting, os.environ if environ is None else environ)
+
+
+def parse_setting(name: str, value: Any) -> Any:
+    """One setting's value given in code, parsed and checked as ``configure()`` does.
+
+    For readers of a single setting that also take it as an argument (the auto-instrumentor's
+    ``propagate=``); raises :class:`ConfigError` naming the setting.
+    """
+    setting = _BY_NAME.get(name)
+    if setting is None:
+        raise ConfigError(f"unknown setting: {name}")
+    return _check_explicit(setting, value)
 
 
 def _from_environment(setting: Setting, environ: Mapping[str, str]) -> Any:

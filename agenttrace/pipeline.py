@@ -79,6 +79,7 @@ class AgentTrace:
             idle_timeout=settings.idle_timeout,
             queue_size=settings.queue_size,
             block_timeout=settings.block_timeout,
+            flush_each_episode=_in_ray_worker(),
         )
         self.provider.add_span_processor(self.trajectory_processor)
         if "otlp" in targets:
@@ -196,7 +197,7 @@ def _make_writer(
 
 
 def _in_ray_worker() -> bool:
-    """Ray kills a worker's child processes when the worker exits, helper writer included."""
+    """Ray ends worker processes without running exit handlers, and kills their children."""
     if "ray" not in sys.modules:
         return False
     try:

@@ -3,12 +3,15 @@
 The example runs as its README says (``./run.sh`` under ``opentelemetry-instrument``, with its
 own scripted LLM server and aiohttp env server on 127.0.0.1), once for the whole module. Its
 SQLite rows are the reference: every trajectory agenttrace wrote must carry the same per-step
-fields, and the offline rebuild from all span files of the run must equal the live one.
+fields. ``AGENTTRACE_PROPAGATE`` carries each episode through the thread pool and the HTTP hop,
+so the env server's own spans (a second process, its own span file) join the episode and step;
+the offline rebuild from both span files is the live trajectory plus the server's side.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +29,7 @@ import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.sinks import load_trajectories
 from agenttrace.storage import read_otlp_json
+from agenttrace.trajectory.records import SpanRecord
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "http_interactor"
 EPISODES = 8
@@ -41,6 +45,8 @@ class ExampleRun:
     rows: dict[str, list[dict[str, Any]]]  # by task_id, in step order
     live: list[at.Trajectory]
     offline: list[at.Trajectory]
+    client_spans: list[SpanRecord]  # the Interactor's span file
+    server_spans: list[SpanRecord]  # the env server's (its own process and run folder)
 
 
 def example_environment(out: Path) -> dict[str, str]:
@@ -105,7 +111,11 @@ def example_run(tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
     sessions, rows = read_rows(db)
     live = load_trajectories(sorted(out.glob("*/trajectories*.jsonl")))
     offline = at.assemble(read_otlp_json(sorted(out.glob("*/spans*.jsonl"))))
-    return ExampleRun(done.stderr, out, sessions, rows, live, offline)
+    per_process = [list(read_otlp_json(sorted(d.glob("spans*.jsonl")))) for d in out.iterdir()]
+    assert len(per_process) == 2, "one run folder per process: the Interactor, the env server"
+    (client,) = [r for r in per_process if any(s.name == sc.EPISODE for s in r)]
+    (server,) = [r for r in per_process if r is not client]
+    return ExampleRun(done.stderr, out, sessions, rows, live, offline, client, server)
 
 
 def by_task(trajectories: list[at.Trajectory]) -> dict[str, at.Trajectory]:
@@ -177,13 +187,83 @@ def test_length_ends_the_episode_with_reward_zero_terminated_and_truncated(
             assert trajectory.status == sc.STATUS_TRUNCATED
 
 
-def test_offline_rebuild_from_all_span_files_equals_live(example_run: ExampleRun) -> None:
-    def key(t: at.Trajectory) -> str:
-        return t.episode_id
+def test_policy_version_lands_in_the_trajectory_attributes(example_run: ExampleRun) -> None:
+    for trajectory in [*example_run.live, *example_run.offline]:
+        session = example_run.sessions[trajectory.task_id]
+        assert trajectory.attributes[sc.POLICY_VERSION] == session["policy_version"]
+        assert session["policy_version"] == POLICY_VERSION
 
-    offline = sorted(example_run.offline, key=key)
-    assert offline == sorted(example_run.live, key=key)
-    assert all(t.status != sc.STATUS_INCOMPLETE and not t.missing_steps for t in offline)
+
+def test_env_server_spans_carry_the_episode_and_step(example_run: ExampleRun) -> None:
+    """The env actor's request leaves the episode's task for a pool thread, then the process;
+    the env server's env.reset and env.step spans still carry the episode id and step index,
+    and hang under the Interactor's timestep in the episode's trace."""
+    trajectories = by_task(example_run.live)
+    server = example_run.server_spans
+    assert {r.name for r in server} == {sc.ENV_RESET, sc.ENV_STEP}  # no episode runs there
+    timesteps = {
+        (r.attributes[sc.EPISODE_ID], r.attributes[sc.TIMESTEP_INDEX]): r
+        for r in example_run.client_spans
+        if r.name == sc.TIMESTEP
+    }
+    for task_id, rows in example_run.rows.items():
+        trajectory = trajectories[task_id]
+        trace_id = int(trajectory.trace_id, 16)
+        mine = [r for r in server if r.attributes.get(sc.EPISODE_ID) == trajectory.episode_id]
+        (reset,) = [r for r in mine if r.name == sc.ENV_RESET]
+        assert reset.trace_id == trace_id and sc.TIMESTEP_INDEX not in reset.attributes
+        steps = sorted(
+            (r for r in mine if r.name == sc.ENV_STEP),
+            key=lambda r: r.attributes[sc.TIMESTEP_INDEX],
+        )
+        stepped = [row for row in rows if row["is_trainable"]]  # a cut reply never reaches it
+        assert [r.attributes[sc.TIMESTEP_INDEX] for r in steps] == [r["step_id"] for r in stepped]
+        for record, row in zip(steps, stepped, strict=True):
+            timestep = timesteps[(trajectory.episode_id, row["step_id"])]
+            assert (record.trace_id, record.parent_span_id) == (trace_id, timestep.span_id)
+            assert record.parent_is_remote
+            assert json.loads(record.attributes[sc.ACTION]) == row["response"]
+            assert record.attributes[sc.REWARD] == row["step_reward"]
+            info = json.loads(record.attributes[sc.INFO])
+            assert info == {"env_state": json.loads(row["env_state"])}
+            following = row["step_id"] + 1
+            if following < len(rows):  # the env's reply is the last message of the next prompt
+                feedback = json.loads(rows[following]["messages"])[-1]
+                assert feedback == {"role": "user", "content": env_observation(record)}
+    joined = {r.attributes.get(sc.EPISODE_ID) for r in server}
+    assert joined == {t.episode_id for t in example_run.live}  # every server span joined one
+
+
+def env_observation(record: SpanRecord) -> Any:
+    return json.loads(record.attributes[sc.OBSERVATION])
+
+
+def test_offline_rebuild_from_all_span_files_is_live_plus_the_server_side(
+    example_run: ExampleRun,
+) -> None:
+    """Live, the Interactor writes what its own process saw. Rebuilt from both span files, a
+    step the env played also has the env.step span: its action (the reply text the env
+    received) wins over agent.act's ``{"content", "finish_reason"}``, and the final
+    observation is the env's last reply. Everything else is the same."""
+    live = {t.episode_id: t for t in example_run.live}
+    server_steps = {
+        (r.attributes[sc.EPISODE_ID], r.attributes[sc.TIMESTEP_INDEX]): r
+        for r in example_run.server_spans
+        if r.name == sc.ENV_STEP
+    }
+    assert sorted(t.episode_id for t in example_run.offline) == sorted(live)
+    for rebuilt in example_run.offline:
+        trajectory = live[rebuilt.episode_id]
+        rows = example_run.rows[trajectory.task_id]
+        steps = [
+            dataclasses.replace(step, action=row["response"]) if row["is_trainable"] else step
+            for step, row in zip(trajectory.steps, rows, strict=True)
+        ]
+        last = server_steps.get((trajectory.episode_id, trajectory.steps[-1].index))
+        final = None if last is None else env_observation(last)
+        assert (last is None) is (not rows[-1]["is_trainable"])
+        assert rebuilt == dataclasses.replace(trajectory, steps=steps, final_observation=final)
+        assert rebuilt.status != sc.STATUS_INCOMPLETE and not rebuilt.missing_steps
 
 
 def test_the_api_key_is_never_recorded(example_run: ExampleRun) -> None:

@@ -641,3 +641,20 @@ def test_ray_actor_traced_from_code_with_the_worker_setup_hook(tmp_path) -> None
         tmp_path,
     )
     check_ray_run(out, done.stdout)
+
+
+def test_suppressed_instrumentation_calls_the_original_untraced(pipeline) -> None:
+    from instrumented_pkg import shapes
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    instrumentor = AgentTraceInstrumentor()
+    instrumentor.instrument(targets=["instrumented_pkg.shapes:step=env.step"])
+    try:
+        with at.episode():
+            with suppress_instrumentation():
+                shapes.step(1)
+            shapes.step(2)
+    finally:
+        instrumentor.uninstrument()
+    result = read_run(pipeline)
+    assert [s.index for s in result.live[0].steps] == [0]  # only the unsuppressed call

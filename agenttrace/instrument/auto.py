@@ -16,6 +16,9 @@ each bad one and patches nothing. Targets from the environment are read inside
 ``opentelemetry-instrument``, where raising would stop the user's program: each bad one is
 logged as an error (naming it and why) and the others are instrumented.
 
+Propagation: ``AGENTTRACE_PROPAGATE`` (or ``propagate=``) also has thread pools, httpx and
+aiohttp carry episodes across threads and HTTP hops (agenttrace.instrument.propagate_patches).
+
 Methods: the named class and every subclass that overrides the method (now, or later: an
 ``__init_subclass__`` hook patches classes defined after ``instrument()``) are traced. A call
 made while a traced call of the same role and method name is in progress (an override calling
@@ -47,12 +50,18 @@ from opentelemetry.instrumentation.environment_variables import (
     OTEL_PYTHON_DISABLED_INSTRUMENTATIONS,
 )
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
-from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+
+# The two keys is_instrumentation_enabled() reads, read here in one context lookup per call.
+from opentelemetry.instrumentation.utils import (
+    _SUPPRESS_INSTRUMENTATION_KEY,
+    _SUPPRESS_INSTRUMENTATION_KEY_PLAIN,
+)
 
 from agenttrace import config
+from agenttrace.instrument import propagate_patches
 from agenttrace.instrument import targets as targets_module
 from agenttrace.instrument.extractors import _UNSET
-from agenttrace.instrument.spans import _Scope, trace_callable
+from agenttrace.instrument.spans import EpisodeScope, _Scope, trace_callable
 from agenttrace.instrument.targets import (
     RECEIVER_NAME,
     ROLES,
@@ -95,10 +104,12 @@ class _TargetCall:
         self.active = True
 
     def __call__(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        current = otel_context.get_current()  # one lookup for the three checks
         if (
             not self.active
-            or otel_context.get_value(self.mark) is not None
-            or not is_instrumentation_enabled()
+            or current.get(self.mark) is not None
+            or current.get(_SUPPRESS_INSTRUMENTATION_KEY)
+            or current.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN)
         ):
             return wrapped(*args, **kwargs)
         if self.receiver and instance is not None:
@@ -112,6 +123,11 @@ class TracedFunction(wrapt.FunctionWrapper):
     Pickles by reference (module and name), like the function it wraps: the receiving
     process gets whatever that name is there, traced if that process instrumented it.
     """
+
+    #: The type wrapt binds a method to (``obj.step``): named here because for a subclass
+    #: wrapt looks this attribute up on every binding and, without it, raises and clears an
+    #: AttributeError each time (about a third of a microsecond per traced method call).
+    __bound_function_wrapper__ = wrapt.BoundFunctionWrapper
 
     def __init__(self, wrapped: Any, call: _TargetCall, target: Target) -> None:
         super().__init__(wrapped, call)
@@ -244,18 +260,54 @@ def _pick(bound: inspect.BoundArguments, path: tuple[str, ...], receiver: Any) -
 
 
 def _template(target: Target, tracer_provider: Any) -> _Scope:
-    """The scope every call of ``target`` clones: role, extractor, argument fields, mark."""
+    """The scope every call of ``target`` clones: role, extractor, argument fields, mark.
+
+    Without argument options it is the role's own scope class, exactly what the decorator
+    uses: no extra ``_on_call`` layer on every call.
+    """
     base = ROLES[target.role]
     options: dict[str, Any] = {"tracer_provider": tracer_provider}
     extractor = resolve_extractor(target)
     if extractor is not None:
         options["extractor"] = extractor
-    template = _scope_class(base)(**options)
-    template._fields = tuple(  # type: ignore[attr-defined]
-        (name, tuple(where.split("."))) for name, where in target.arguments.items()
-    )
+    per_call = _paths(target, lambda name: name in EpisodeScope.PER_CALL_OPTIONS)
+    arguments = _paths(target, lambda name: name not in EpisodeScope.PER_CALL_OPTIONS)
+    if per_call:
+        base = _PerCallEpisodeScope
+    if not arguments:
+        template = base(**options)
+    else:
+        template = _scope_class(base)(**options)
+        template._fields = arguments  # type: ignore[attr-defined]
+    if per_call:
+        template._per_call = per_call  # type: ignore[attr-defined]
     template._context_mark = _mark_for(target.role, target.attribute)
     return template
+
+
+def _paths(
+    target: Target, wanted: Callable[[str], bool]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The target's argument options whose field is ``wanted``, each path split at dots."""
+    return tuple(
+        (name, tuple(where.split("."))) for name, where in target.arguments.items() if wanted(name)
+    )
+
+
+class _PerCallEpisodeScope(EpisodeScope):
+    """An episode whose id, policy version, agent or env name a target takes from each call's
+    arguments (``episode_id=run.id``). They are set before the span starts: the trajectory
+    processor tracks the episode under its id from then on."""
+
+    _per_call: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def _before_start(self, bound: inspect.BoundArguments | None) -> None:
+        if bound is None:
+            return
+        for option, path in self._per_call:
+            value = _pick(bound, path, self._receiver)
+            if value is not _UNSET:
+                self._set_per_call(option, value)
 
 
 def _make_wrapper(
@@ -471,10 +523,14 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     ``instrument(targets=[...], tracer_provider=None)``: targets are strings in the
     ``AGENTTRACE_TARGETS`` syntax or :class:`~agenttrace.instrument.targets.Target` objects;
     without ``targets`` they come from ``AGENTTRACE_TARGETS_FILE`` and ``AGENTTRACE_TARGETS``.
-    ``uninstrument()`` puts every original attribute back.
+    ``propagate=["threads", "httpx", "aiohttp"]`` (default: ``AGENTTRACE_PROPAGATE``) also
+    patches those libraries to carry episodes across threads and HTTP
+    (:mod:`agenttrace.instrument.propagate_patches`). ``uninstrument()`` puts every original
+    attribute back.
     """
 
     _patcher: _Patcher | None = None
+    _propagation: propagate_patches.Propagation | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ()  # traces the user's own code; no library to check for
@@ -490,6 +546,7 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             )
             return
         patcher = _Patcher(kwargs.get("tracer_provider"))
+        propagate = propagate_patches.requested(kwargs.get("propagate"))  # bad in code: raises
         if given is not None:
             targets, errors = _targets_from_code(given)
             plan, plan_errors = _plan(targets)
@@ -514,6 +571,7 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 patcher.undo(since=done)  # this target only; the others stay
                 logger.exception("agenttrace: instrumenting %s failed", resolved.target)
         self._patcher = patcher
+        self._propagation = propagate_patches.apply(propagate)
         if plan:
             logger.debug("agenttrace: instrumented %s", "; ".join(str(r.target) for r, _ in plan))
 
@@ -521,6 +579,9 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         patcher, self._patcher = self._patcher, None
         if patcher is not None:
             patcher.undo()
+        propagation, self._propagation = self._propagation, None
+        if propagation is not None:
+            propagation.undo()
 
     @property
     def instrumented_targets(self) -> list[str]:
@@ -577,7 +638,8 @@ def disabled_by_environment(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def instrument_from_environment() -> None:
-    """Instrument this process from ``AGENTTRACE_TARGETS``; never raises.
+    """Instrument this process from ``AGENTTRACE_TARGETS`` (and ``AGENTTRACE_PROPAGATE``);
+    never raises.
 
     For processes that do not start through ``opentelemetry-instrument``, e.g. Ray workers:
     ``ray.init(runtime_env={"worker_process_setup_hook":

@@ -137,6 +137,8 @@ _AUTO = (from_gymnasium, from_dm_env, from_done_tuple, from_mapping, from_reward
 
 def extract_step(result: Any) -> StepResult | None:
     """The step result in ``result``, whatever built-in shape it has; None if none fits."""
+    if result is None or (type(result) is tuple and len(result) not in (3, 4, 5)):
+        return None  # nothing, or a plain tuple no built-in shape has (checked cheaply first)
     for extractor in _AUTO:
         found = extractor(result)
         if found is not None:

@@ -129,6 +129,8 @@ class _Scope:
     #: inside can tell (the auto-instrumentor uses it to trace a call nested in a call of the
     #: same target once, not twice).
     _context_mark: str | None = None
+    # Attributes recorded but not yet on the span (see trace_callable); None: write at once.
+    _pending: dict[str, Any] | None = None
     #: The object (or class) a traced method was called on, when trace_callable knows it.
     _receiver: Any = None
 
@@ -189,10 +191,13 @@ class _Scope:
                 self._span_name(), context=parent, kind=self.kind, attributes=attributes
             )
             ctx = trace.set_span_in_context(span, parent)
+            # That Context is a fresh copy nobody else holds yet: adding our keys to it in
+            # place saves a copy of the whole context per key (Context forbids item
+            # assignment only to stop changes to contexts already shared).
             if frame is not parent_frame:
-                ctx = otel_context.set_value(_FRAME_KEY, frame, ctx)
+                dict.__setitem__(ctx, _FRAME_KEY, frame)
             if self._context_mark is not None:
-                ctx = otel_context.set_value(self._context_mark, True, ctx)
+                dict.__setitem__(ctx, self._context_mark, True)
             self._span, self._context = span, ctx
             self._started()
         except Exception:
@@ -223,6 +228,12 @@ class _Scope:
         except Exception:
             _internal_error(f"ending a {self.role} span")
         finally:
+            pending, self._pending = self._pending, None
+            if pending:
+                try:
+                    span.set_attributes(pending)
+                except Exception:
+                    _internal_error(f"ending a {self.role} span")
             span.end()
 
     def __enter__(self) -> _Scope:
@@ -256,6 +267,10 @@ class _Scope:
 
     def _finishing(self, exc: BaseException | None) -> None:
         pass
+
+    def _before_start(self, bound: inspect.BoundArguments | None) -> None:
+        """Take from the call's arguments what the span must know when it starts (an
+        episode's id). Only scopes that override it pay for binding arguments that early."""
 
     def _on_call(self, bound: inspect.BoundArguments | None) -> None:
         """Record what the decorated call was given."""
@@ -326,17 +341,31 @@ def trace_callable(
         ):
             signature = signature.replace(parameters=parameters[1:])
             skip = 1
+    bind = _binder(signature) if signature is not None else None
+    # Roles that read no arguments (timestep) skip binding them on every call.
+    reads_arguments = type(template)._on_call is not _Scope._on_call
     name = getattr(func, "__qualname__", None) or repr(func)
+    early = type(template)._before_start is not _Scope._before_start
 
     def begin(args: tuple, kwargs: dict) -> _Scope:
         scope = template._clone()
-        scope.start()
-        if scope._span is not None:
+        if early:
             try:
                 if skip and args:
                     scope._receiver = args[0]
-                bound = signature.bind_partial(*args[skip:], **kwargs) if signature else None
-                scope._on_call(bound)
+                scope._before_start(bind(args[skip:], kwargs) if bind is not None else None)
+            except Exception:
+                _internal_error(f"reading arguments of {name}")
+        scope.start()
+        if scope._span is not None:
+            # What the call records (arguments now, the result at the end) reaches the span
+            # in one set_attributes at its end, not one per record.
+            scope._pending = {}
+        if scope._span is not None and reads_arguments:
+            try:
+                if skip and args:
+                    scope._receiver = args[0]
+                scope._on_call(bind(args[skip:], kwargs) if bind is not None else None)
             except Exception:
                 _internal_error(f"recording arguments of {name}")
         return scope
@@ -387,6 +416,40 @@ def trace_callable(
         return result
 
     return wrapper
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _binder(signature: inspect.Signature) -> Callable[[tuple, dict], inspect.BoundArguments]:
+    """``signature.bind_partial`` for every call of one function, without its per-call parsing.
+
+    Calls passing positional arguments, and keywords that name parameters, get the same
+    ``BoundArguments`` as ``bind_partial`` (arguments in parameter order) from names worked
+    out once; any other call shape goes to ``bind_partial`` itself.
+    """
+    parameters = list(signature.parameters.values())
+    positional: list[str] = []
+    for param in parameters:
+        if param.kind not in _POSITIONAL:
+            break
+        positional.append(param.name)
+    count = len(positional)
+    order = {p.name: i for i, p in enumerate(parameters) if p.kind in _KEYWORD}
+
+    def bind(args: tuple, kwargs: dict) -> inspect.BoundArguments:
+        if len(args) <= count:
+            arguments = dict(zip(positional, args, strict=False))
+            if not kwargs:
+                return inspect.BoundArguments(signature, arguments)
+            if kwargs.keys() <= order.keys() and arguments.keys().isdisjoint(kwargs):
+                for key in sorted(kwargs, key=order.__getitem__):
+                    arguments[key] = kwargs[key]
+                return inspect.BoundArguments(signature, arguments)
+        return signature.bind_partial(*args, **kwargs)
+
+    return bind
 
 
 def _is_cancel(exc: BaseException) -> bool:
@@ -607,7 +670,9 @@ class StepScope(_Scope):
                         episode.done_flags[index] = (self._priority, term, trunc)
             if discount is not _UNSET and discount is not None:
                 attrs[sc.DISCOUNT] = float(discount)
-            if attrs:
+            if self._pending is not None:
+                self._pending.update(attrs)
+            elif attrs:
                 span.set_attributes(attrs)
         except Exception:
             _internal_error(f"recording on a {self.role} span")
@@ -780,6 +845,31 @@ class EpisodeScope(_Scope):
         clone._episode_id = None  # each call of a decorated function is its own episode
         return clone
 
+    #: Options a single call can give its own episode, before the span starts (the
+    #: auto-instrumentor reads them from the call's arguments: ``episode_id=run.id``).
+    PER_CALL_OPTIONS = ("episode_id", "policy_version", "agent_name", "env_name")
+
+    def _set_per_call(self, option: str, value: Any) -> None:
+        """This call's ``option`` (one of PER_CALL_OPTIONS); before ``start()``, None ignored.
+
+        The id must be known when the span starts: the trajectory processor tracks the
+        episode under it from then on. Other clones of the template are not affected.
+        """
+        if value is None or self._span is not None:
+            return
+        if option == "episode_id":
+            text = str(value)
+            if text:
+                self._episode_id = text
+            return
+        key = {
+            "policy_version": sc.POLICY_VERSION,
+            "agent_name": sc.AGENT_NAME,
+            "env_name": sc.ENV_NAME,
+        }[option]
+        scalar = isinstance(value, (int, float)) and not isinstance(value, bool)
+        self._attributes = {**self._attributes, key: value if scalar else str(value)}
+
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         episode_id = self._episode_id or uuid.uuid4().hex
         attributes[sc.EPISODE_ID] = episode_id
@@ -871,9 +961,7 @@ class EpisodeScope(_Scope):
                 status = sc.STATUS_ERRORED
                 error = state.reset_error
                 self._span.record_exception(error)
-                self._span.set_status(
-                    Status(StatusCode.ERROR, f"{type(error).__name__}: {error}")
-                )
+                self._span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             else:
                 terminated, _ = state.last_step_flags()
                 if terminated or state.length == 0:

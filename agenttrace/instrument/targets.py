@@ -54,9 +54,11 @@ ROLES: dict[str, type[_Scope]] = {
 }
 
 #: Per role, the fields an argument of the traced call can be named as (``task_id=task.id``).
-#: Each field is what that role's decorator already reads from an argument of that name.
+#: Each field is what that role's decorator already reads from an argument of that name; the
+#: episode's per-call options (its id, policy version, agent and env names) are read, before
+#: its span starts, only when a target names them.
 ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
-    sc.EPISODE: ("task_id", "env", "seed"),
+    sc.EPISODE: ("task_id", "env", "seed", *EpisodeScope.PER_CALL_OPTIONS),
     sc.ENV_RESET: ("seed",),
     sc.TIMESTEP: (),
     sc.AGENT_ACT: ("observation",),

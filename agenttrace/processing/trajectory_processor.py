@@ -83,12 +83,17 @@ class TrajectoryProcessor(SpanProcessor):
         queue_size: int = 65_536,
         block_timeout: float = 30.0,
         check_interval: float = 1.0,
+        flush_each_episode: bool = False,
     ) -> None:
         if writer is None:
             writer = EpisodeWriter([as_sink(sink) for sink in sinks], span_writer)
         elif sinks or span_writer is not None:
             raise TypeError("give either a writer or sinks and a span_writer, not both")
         self.writer = writer
+        # Wait for each finished episode to be written (Ray workers: Ray ends them without
+        # running exit handlers, so what is still queued then would be lost).
+        self._flush_each_episode = flush_each_episode
+        self._block_timeout = block_timeout
         # Whether finished spans outside episodes are wanted (for the span file).
         self._keeps_all_spans = writer.writes_spans
         self._max_open = max_open_episodes
@@ -221,6 +226,8 @@ class TrajectoryProcessor(SpanProcessor):
         )
         if not self._worker.put(finished, len(finished.records)):
             self._count("episodes_dropped_queue_full")
+        elif self._flush_each_episode and not expired:
+            self._worker.flush(self._block_timeout)
 
     # --- writer thread ---------------------------------------------------------------------
 
