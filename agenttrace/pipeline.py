@@ -72,14 +72,15 @@ class AgentTrace:
             span_file=self._span_file_options() if "file" in targets else None,
         )
         user_sinks = list(extra_sinks)
+        in_ray_worker = _in_ray_worker()
         self.trajectory_processor = TrajectoryProcessor(
-            writer=_make_writer(spec, user_sinks, settings.writer),
+            writer=_make_writer(spec, user_sinks, settings.writer, in_ray_worker=in_ray_worker),
             max_open_episodes=settings.max_open_episodes,
             max_spans_per_episode=settings.max_spans_per_episode,
             idle_timeout=settings.idle_timeout,
             queue_size=settings.queue_size,
             block_timeout=settings.block_timeout,
-            flush_each_episode=_in_ray_worker(),
+            flush_each_episode=in_ray_worker,
         )
         self.provider.add_span_processor(self.trajectory_processor)
         if "otlp" in targets:
@@ -179,11 +180,15 @@ def _default_run_name() -> str:
 
 
 def _make_writer(
-    spec: WriterSpec, user_sinks: list[Sink | Callable[[Trajectory], None]], mode: str
+    spec: WriterSpec,
+    user_sinks: list[Sink | Callable[[Trajectory], None]],
+    mode: str,
+    *,
+    in_ray_worker: bool,
 ) -> EpisodeWriter | RemoteWriter:
     """In a helper process when asked (or on auto, when it can run every sink), else here."""
     if mode == "auto":
-        helpful = not user_sinks and _available_cpus() >= 2 and not _in_ray_worker()
+        helpful = not user_sinks and _available_cpus() >= 2 and not in_ray_worker
         mode = "process" if helpful else "thread"
     elif mode == "process" and user_sinks:
         logger.warning(

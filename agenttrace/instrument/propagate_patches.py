@@ -31,19 +31,13 @@ import wrapt
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from agenttrace import config
+from agenttrace._logging import internal_error as _internal_error
 from agenttrace.instrument.propagation import aiohttp_middleware, in_context, inject
 from agenttrace.instrument.spans import current_episode_id
 
 logger = logging.getLogger("agenttrace")
 
 _ABSENT: Any = object()
-_warned: set[str] = set()
-
-
-def _internal_error(where: str) -> None:
-    if where not in _warned:
-        _warned.add(where)
-        logger.exception("agenttrace: internal error in %s; your program goes on", where)
 
 
 def _nothing() -> None:

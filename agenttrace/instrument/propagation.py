@@ -41,6 +41,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from agenttrace import pipeline
 from agenttrace import semconv as sc
+from agenttrace._logging import internal_error as _internal_error
 from agenttrace.instrument.spans import _FRAME_KEY, _EpisodeState, _Frame
 
 logger = logging.getLogger("agenttrace")
@@ -53,13 +54,6 @@ TRACE_CONTEXT_ARG = "trace_context"
 
 # Always W3C, whatever the global propagator is: both sides of a hop are agenttrace.
 _W3C = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
-_warned: set[str] = set()
-
-
-def _internal_error(where: str) -> None:
-    if where not in _warned:
-        _warned.add(where)
-        logger.exception("agenttrace: internal error in %s; your program goes on", where)
 
 
 # --- threads, thread pools, executors ---------------------------------------------------------

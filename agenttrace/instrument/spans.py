@@ -35,6 +35,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from agenttrace import pipeline
 from agenttrace import semconv as sc
+from agenttrace._logging import internal_error as _internal_error
+from agenttrace._logging import warn_once as _warn_once
 from agenttrace._secrets import REDACTED, is_secret_name
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, extract_reset
 from agenttrace.trajectory import codec
@@ -42,19 +44,6 @@ from agenttrace.trajectory import codec
 logger = logging.getLogger("agenttrace")
 
 _FRAME_KEY = otel_context.create_key("agenttrace.frame")
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str, *args: Any) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        logger.warning(message, *args)
-
-
-def _internal_error(where: str) -> None:
-    if where not in _warned:
-        _warned.add(where)
-        logger.exception("agenttrace: internal error in %s; your program goes on", where)
 
 
 class _EpisodeState:

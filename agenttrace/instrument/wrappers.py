@@ -51,6 +51,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from agenttrace import pipeline
 from agenttrace import semconv as sc
+from agenttrace._logging import internal_error as _internal_error
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS
 from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope, TimestepScope
 from agenttrace.processing.writer import AGENTTRACE_SCOPE
@@ -71,14 +72,6 @@ except ImportError:
 logger = logging.getLogger("agenttrace")
 
 Collector = Callable[[Trajectory], Any]
-
-_warned: set[str] = set()
-
-
-def _internal_error(where: str) -> None:
-    if where not in _warned:
-        _warned.add(where)
-        logger.exception("agenttrace: internal error in %s; your program goes on", where)
 
 
 # --- the collector: finished trajectories of watched episodes ---------------------------------

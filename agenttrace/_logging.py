@@ -1,0 +1,28 @@
+"""Logging inside the user's process: each kind of problem once, the program always goes on.
+
+The tracing API, env wrappers and propagation helpers run on the user's threads; an
+internal failure there is logged once per place (with its traceback) and swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger("agenttrace")
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str, *args: Any) -> None:
+    """Log ``message`` the first time ``key`` comes up."""
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(message, *args)
+
+
+def internal_error(where: str) -> None:
+    """Log the exception being handled, once per ``where``; call it from an except block."""
+    if where not in _warned:
+        _warned.add(where)
+        logger.exception("agenttrace: internal error in %s; your program goes on", where)
