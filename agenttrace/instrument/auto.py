@@ -60,8 +60,9 @@ from opentelemetry.instrumentation.utils import (
 from agenttrace import config
 from agenttrace.instrument import propagate_patches
 from agenttrace.instrument import targets as targets_module
+from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.extractors import _UNSET
-from agenttrace.instrument.spans import EpisodeScope, _Scope, trace_callable
+from agenttrace.instrument.spans import CallHooks, EpisodeScope, _Scope, trace_callable
 from agenttrace.instrument.targets import (
     RECEIVER_NAME,
     ROLES,
@@ -89,19 +90,26 @@ _ABSENT: Any = object()
 class _TargetCall:
     """The wrapt wrapper function of one patched attribute.
 
-    Passes the call to the decorator-made traced function (same per-call logic as
-    ``@at.env_step`` and friends), or straight to the original when instrumentation is
-    suppressed, when this patch was withdrawn, or when a call of the same role and name is
-    already in progress in this context (so ``super().step()`` is traced once, not twice).
+    Traces the call with the decorators' per-call code (:class:`CallHooks`, as
+    ``@at.env_step`` and friends do), or passes it straight to the original when
+    instrumentation is suppressed, when this patch was withdrawn, or when a call of the same
+    role and name is already in progress in this context (so ``super().step()`` is traced
+    once, not twice). Sync functions, the hot path of a training loop, are traced right here
+    on the call wrapt already bound; other kinds go through the decorator-made function.
     """
 
-    __slots__ = ("active", "mark", "receiver", "traced")
+    __slots__ = ("active", "hooks", "mark", "receiver", "traced")
 
-    def __init__(self, traced: Callable[..., Any], receiver: bool, mark: str) -> None:
-        self.traced = traced
+    def __init__(self, template: _Scope, function: Callable[..., Any], receiver: bool) -> None:
         self.receiver = receiver
-        self.mark = mark
+        self.mark = template._context_mark or ""
         self.active = True
+        if _is_plain_sync(function):
+            self.hooks: CallHooks | None = CallHooks(template, function, receiver=receiver)
+            self.traced: Callable[..., Any] | None = None
+        else:
+            self.hooks = None
+            self.traced = trace_callable(template, function, receiver=receiver)
 
     def __call__(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         current = otel_context.get_current()  # one lookup for the three checks
@@ -112,9 +120,26 @@ class _TargetCall:
             or current.get(_SUPPRESS_INSTRUMENTATION_KEY_PLAIN)
         ):
             return wrapped(*args, **kwargs)
-        if self.receiver and instance is not None:
-            return self.traced(instance, *args, **kwargs)
-        return self.traced(*args, **kwargs)
+        hooks = self.hooks
+        if hooks is None:
+            if self.receiver and instance is not None:
+                return self.traced(instance, *args, **kwargs)  # type: ignore[misc]
+            return self.traced(*args, **kwargs)  # type: ignore[misc]
+        if not self.receiver:
+            scope = hooks.begin_bound(None, args, kwargs)
+        elif instance is not None:  # obj.step(a): wrapt split the receiver off already
+            scope = hooks.begin_bound(instance, args, kwargs)
+        else:  # Class.step(obj, a)
+            scope = hooks.begin(args, kwargs)
+        return hooks.run(scope, wrapped, args, kwargs)
+
+
+def _is_plain_sync(function: Callable[..., Any]) -> bool:
+    return not (
+        inspect.iscoroutinefunction(function)
+        or inspect.isgeneratorfunction(function)
+        or inspect.isasyncgenfunction(function)
+    )
 
 
 class TracedFunction(wrapt.FunctionWrapper):
@@ -211,15 +236,15 @@ class _ArgumentFields:
 
     _fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
-        if bound is not None and self._fields:
-            arguments = dict(bound.arguments)
+    def _on_call(self, arguments: CallArguments) -> None:
+        if self._fields:
+            picked = {}
             for name, path in self._fields:
-                value = _pick(bound, path, self._receiver)  # type: ignore[attr-defined]
+                value = _pick(arguments, path, self._receiver)  # type: ignore[attr-defined]
                 if value is not _UNSET:
-                    arguments[name] = value
-            bound = inspect.BoundArguments(bound.signature, arguments)  # type: ignore[arg-type]
-        super()._on_call(bound)  # type: ignore[misc]
+                    picked[name] = value
+            arguments = arguments.with_overrides(picked)
+        super()._on_call(arguments)  # type: ignore[misc]
 
 
 _scope_classes: dict[type[_Scope], type[_Scope]] = {}
@@ -233,24 +258,17 @@ def _scope_class(base: type[_Scope]) -> type[_Scope]:
     return cls
 
 
-def _pick(bound: inspect.BoundArguments, path: tuple[str, ...], receiver: Any) -> Any:
+def _pick(arguments: CallArguments, path: tuple[str, ...], receiver: Any) -> Any:
     """The value at ``argument.attr.key...`` of a call, ``_UNSET`` when any part is missing.
 
     ``self`` names the object (or class) a traced method was called on.
     """
-    arguments = bound.arguments
     head, rest = path[0], path[1:]
-    if head in arguments:
-        value = arguments[head]
-    elif head == RECEIVER_NAME and receiver is not None:
-        value = receiver
-    else:
-        value = _UNSET
-        for param in bound.signature.parameters.values():
-            if param.kind is param.VAR_KEYWORD and head in arguments.get(param.name, {}):
-                value = arguments[param.name][head]
-        if value is _UNSET:
+    value = arguments.get(head)
+    if value is _UNSET:
+        if head != RECEIVER_NAME or receiver is None:
             return _UNSET
+        value = receiver
     for part in rest:
         try:
             value = value[part] if isinstance(value, Mapping) else getattr(value, part)
@@ -301,11 +319,9 @@ class _PerCallEpisodeScope(EpisodeScope):
 
     _per_call: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def _before_start(self, bound: inspect.BoundArguments | None) -> None:
-        if bound is None:
-            return
+    def _before_start(self, arguments: CallArguments) -> None:
         for option, path in self._per_call:
-            value = _pick(bound, path, self._receiver)
+            value = _pick(arguments, path, self._receiver)
             if value is not _UNSET:
                 self._set_per_call(option, value)
 
@@ -315,9 +331,7 @@ def _make_wrapper(
 ) -> TracedFunction:
     """A wrapt wrapper around ``descriptor`` whose calls run the decorator's traced code."""
     site = Site(None, target.attribute, descriptor, True, binding)
-    traced = trace_callable(template, site.function, receiver=site.receiver)
-    call = _TargetCall(traced, site.receiver, template._context_mark or "")
-    return kind(descriptor, call, target)
+    return kind(descriptor, _TargetCall(template, site.function, site.receiver), target)
 
 
 # --- patching --------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._logging import warn_once as _warn_once
 from agenttrace._secrets import REDACTED, is_secret_name
+from agenttrace.instrument.arguments import CallArguments, Parameters
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, extract_reset
 from agenttrace.trajectory import codec
 
@@ -257,11 +258,11 @@ class _Scope:
     def _finishing(self, exc: BaseException | None) -> None:
         pass
 
-    def _before_start(self, bound: inspect.BoundArguments | None) -> None:
+    def _before_start(self, arguments: CallArguments) -> None:
         """Take from the call's arguments what the span must know when it starts (an
         episode's id). Only scopes that override it pay for binding arguments that early."""
 
-    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
+    def _on_call(self, arguments: CallArguments) -> None:
         """Record what the decorated call was given."""
 
     def _on_return(self, result: Any) -> None:
@@ -304,73 +305,94 @@ class _Scope:
         return trace_callable(self, func)
 
 
-def trace_callable(
-    template: _Scope, func: Callable[..., Any], *, receiver: bool = False
-) -> Callable[..., Any]:
-    """``func`` traced with a fresh clone of ``template`` per call.
+class CallHooks:
+    """What every traced call of one function does before and after the function runs.
 
-    The single implementation of per-call tracing: the decorators and the auto-instrumentor's
-    wrappers (agenttrace.instrument.auto) both use it, so arguments (``_on_call``), return
-    values (``_on_return``), exceptions and generators are handled the same way. The result
-    is a function of the same kind as ``func`` (sync, coroutine, generator or async generator
-    function). ``receiver=True`` says the first positional argument is the object or class a
-    method is bound to: it is never bound to the signature, so it cannot be taken for an
-    observation or action whatever its name.
+    The single implementation of per-call tracing: the decorators (:func:`trace_callable`)
+    and the auto-instrumentor's wrappers (agenttrace.instrument.auto) both use it, so
+    arguments (``_on_call``), return values (``_on_return``) and exceptions are handled the
+    same way. ``receiver=True`` says the first positional argument is the object or class a
+    method is bound to: it is never taken for an observation or action whatever its name.
     """
-    try:
-        signature: inspect.Signature | None = inspect.signature(func)
-    except (TypeError, ValueError):
-        signature = None
-    skip = 0
-    if receiver and signature is not None:
-        parameters = list(signature.parameters.values())
-        if parameters and parameters[0].kind in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        ):
-            signature = signature.replace(parameters=parameters[1:])
-            skip = 1
-    bind = _binder(signature) if signature is not None else None
-    # Roles that read no arguments (timestep) skip binding them on every call.
-    reads_arguments = type(template)._on_call is not _Scope._on_call
-    name = getattr(func, "__qualname__", None) or repr(func)
-    early = type(template)._before_start is not _Scope._before_start
 
-    def begin(args: tuple, kwargs: dict) -> _Scope:
-        scope = template._clone()
-        if early:
+    __slots__ = ("early", "name", "parameters", "reads_arguments", "receiver", "template")
+
+    def __init__(self, template: _Scope, func: Callable[..., Any], *, receiver: bool) -> None:
+        self.template = template
+        self.receiver = receiver
+        self.parameters = Parameters.of(func, skip_receiver=receiver)
+        self.name = getattr(func, "__qualname__", None) or repr(func)
+        # Roles that read no arguments (timestep) skip looking at them on every call.
+        self.reads_arguments = type(template)._on_call is not _Scope._on_call
+        self.early = type(template)._before_start is not _Scope._before_start
+
+    def begin(self, args: tuple, kwargs: dict) -> _Scope:
+        """A started scope for a call with these arguments (receiver included, if any)."""
+        if self.receiver and args:
+            return self.begin_bound(args[0], args[1:], kwargs)
+        return self.begin_bound(None, args, kwargs)
+
+    def begin_bound(self, receiver: Any, args: tuple, kwargs: dict) -> _Scope:
+        """:meth:`begin` for a call whose receiver is already split off ``args``."""
+        scope = self.template._clone()
+        if receiver is not None:
+            scope._receiver = receiver
+        if self.early:
             try:
-                if skip and args:
-                    scope._receiver = args[0]
-                scope._before_start(bind(args[skip:], kwargs) if bind is not None else None)
+                scope._before_start(CallArguments(self.parameters, args, kwargs))
             except Exception:
-                _internal_error(f"reading arguments of {name}")
+                _internal_error(f"reading arguments of {self.name}")
         scope.start()
         if scope._span is not None:
             # What the call records (arguments now, the result at the end) reaches the span
             # in one set_attributes at its end, not one per record.
             scope._pending = {}
-        if scope._span is not None and reads_arguments:
-            try:
-                if skip and args:
-                    scope._receiver = args[0]
-                scope._on_call(bind(args[skip:], kwargs) if bind is not None else None)
-            except Exception:
-                _internal_error(f"recording arguments of {name}")
+            if self.reads_arguments:
+                try:
+                    scope._on_call(CallArguments(self.parameters, args, kwargs))
+                except Exception:
+                    _internal_error(f"recording arguments of {self.name}")
         return scope
 
-    def finish(scope: _Scope, result: Any) -> None:
+    def finish(self, scope: _Scope, result: Any) -> None:
         if scope._span is not None:
             try:
                 scope._on_return(result)
             except Exception:
-                _internal_error(f"recording the result of {name}")
+                _internal_error(f"recording the result of {self.name}")
+
+    def run(self, scope: _Scope, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """Call a sync ``func`` with the scope current; end the scope with its outcome."""
+        scope._attach()
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            scope._detach()
+            scope.end(exc)
+            raise
+        self.finish(scope, result)
+        scope._detach()
+        scope.end()
+        return result
+
+
+def trace_callable(
+    template: _Scope, func: Callable[..., Any], *, receiver: bool = False
+) -> Callable[..., Any]:
+    """``func`` traced with a fresh clone of ``template`` per call (see :class:`CallHooks`).
+
+    The result is a function of the same kind as ``func`` (sync, coroutine, generator or
+    async generator function).
+    """
+    hooks = CallHooks(template, func, receiver=receiver)
+    begin, run = hooks.begin, hooks.run
 
     if inspect.isasyncgenfunction(func):
         return functools.wraps(func)(_async_generator_wrapper(func, begin))
     if inspect.isgeneratorfunction(func):
         return functools.wraps(func)(_generator_wrapper(func, begin))
     if inspect.iscoroutinefunction(func):
+        finish = hooks.finish
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -391,54 +413,9 @@ def trace_callable(
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        scope = begin(args, kwargs)
-        scope._attach()
-        try:
-            result = func(*args, **kwargs)
-        except BaseException as exc:
-            scope._detach()
-            scope.end(exc)
-            raise
-        finish(scope, result)
-        scope._detach()
-        scope.end()
-        return result
+        return run(begin(args, kwargs), func, args, kwargs)
 
     return wrapper
-
-
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-def _binder(signature: inspect.Signature) -> Callable[[tuple, dict], inspect.BoundArguments]:
-    """``signature.bind_partial`` for every call of one function, without its per-call parsing.
-
-    Calls passing positional arguments, and keywords that name parameters, get the same
-    ``BoundArguments`` as ``bind_partial`` (arguments in parameter order) from names worked
-    out once; any other call shape goes to ``bind_partial`` itself.
-    """
-    parameters = list(signature.parameters.values())
-    positional: list[str] = []
-    for param in parameters:
-        if param.kind not in _POSITIONAL:
-            break
-        positional.append(param.name)
-    count = len(positional)
-    order = {p.name: i for i, p in enumerate(parameters) if p.kind in _KEYWORD}
-
-    def bind(args: tuple, kwargs: dict) -> inspect.BoundArguments:
-        if len(args) <= count:
-            arguments = dict(zip(positional, args, strict=False))
-            if not kwargs:
-                return inspect.BoundArguments(signature, arguments)
-            if kwargs.keys() <= order.keys() and arguments.keys().isdisjoint(kwargs):
-                for key in sorted(kwargs, key=order.__getitem__):
-                    arguments[key] = kwargs[key]
-                return inspect.BoundArguments(signature, arguments)
-        return signature.bind_partial(*args, **kwargs)
-
-    return bind
 
 
 def _is_cancel(exc: BaseException) -> bool:
@@ -551,25 +528,6 @@ def _safe_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
     return clean
 
 
-def _first_argument(bound: inspect.BoundArguments | None, names: tuple[str, ...]) -> Any:
-    """The argument named one of ``names``, else the first positional one after self."""
-    if bound is None:
-        return _UNSET
-    arguments = bound.arguments
-    for name in names:
-        if name in arguments:
-            return arguments[name]
-    params = [
-        p
-        for p in bound.signature.parameters.values()
-        if p.name not in ("self", "cls") and not is_secret_name(p.name)
-    ]
-    for param in params:
-        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
-            return arguments.get(param.name, _UNSET)
-    return _UNSET
-
-
 # --- step-like scopes: record observation, action, reward, termination ----------------------
 
 
@@ -666,6 +624,22 @@ class StepScope(_Scope):
         except Exception:
             _internal_error(f"recording on a {self.role} span")
 
+    def _record_content(self, key: str, value: Any) -> None:
+        """``record()`` of one content field (observation, action), without its other work:
+        what a decorated call records from its argument or return value."""
+        if self._span is None:
+            return
+        try:
+            text = self._content(key, value)
+            if text is None:
+                return
+            if self._pending is not None:
+                self._pending[key] = text
+            else:
+                self._span.set_attribute(key, text)
+        except Exception:
+            _internal_error(f"recording on a {self.role} span")
+
     def record_result(self, result: Any) -> Any:
         """Record an environment step result of any built-in shape; returns it unchanged."""
         if self._span is None:
@@ -698,11 +672,10 @@ class StepScope(_Scope):
 class EnvResetScope(StepScope):
     role = sc.ENV_RESET
 
-    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
-        if bound is not None and "seed" in bound.arguments:
-            seed = bound.arguments["seed"]
-            if isinstance(seed, int):
-                self.set_attribute(sc.EPISODE_SEED, seed)
+    def _on_call(self, arguments: CallArguments) -> None:
+        seed = arguments.get("seed")
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            self.set_attribute(sc.EPISODE_SEED, seed)
 
     def record_result(self, result: Any) -> Any:
         observation, info = extract_reset(result)
@@ -756,13 +729,13 @@ class AgentActScope(StepScope):
             episode.length = max(episode.length, index + 1)
         return self._step_frame(frame, index, attributes)
 
-    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
-        observation = _first_argument(bound, ("observation", "obs", "state", "messages"))
+    def _on_call(self, arguments: CallArguments) -> None:
+        observation = arguments.first(("observation", "obs", "state", "messages"))
         if observation is not _UNSET:
-            self.record(observation=observation)
+            self._record_content(sc.OBSERVATION, observation)
 
     def _on_return(self, result: Any) -> None:
-        self.record(action=result)
+        self._record_content(sc.ACTION, result)
 
 
 class EnvStepScope(StepScope):
@@ -780,10 +753,10 @@ class EnvStepScope(StepScope):
             episode.length = max(episode.length, index + 1)
         return self._step_frame(frame, index, attributes)
 
-    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
-        action = _first_argument(bound, ("action", "actions", "act"))
+    def _on_call(self, arguments: CallArguments) -> None:
+        action = arguments.first(("action", "actions", "act"))
         if action is not _UNSET:
-            self.record(action=action)
+            self._record_content(sc.ACTION, action)
 
     def _on_return(self, result: Any) -> None:
         self.record_result(result)
@@ -884,10 +857,7 @@ class EpisodeScope(_Scope):
         if previous is not None and previous.handle is not None:
             previous.handle.end_as(sc.STATUS_ABANDONED)
 
-    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
-        if bound is None:
-            return
-        arguments = bound.arguments
+    def _on_call(self, arguments: CallArguments) -> None:
         for name, key in (("task_id", sc.TASK_ID), ("seed", sc.EPISODE_SEED)):
             value = arguments.get(name)
             if isinstance(value, (str, int)) and not isinstance(value, bool):
@@ -1079,13 +1049,8 @@ class LLMCallScope(_Scope):
             _internal_error("recording an LLM response")
         return response
 
-    def _on_call(self, bound: inspect.BoundArguments | None) -> None:
-        if bound is None:
-            return
-        arguments = dict(bound.arguments)
-        for param in bound.signature.parameters.values():
-            if param.kind is param.VAR_KEYWORD and param.name in arguments:
-                arguments.update(arguments.pop(param.name))
+    def _on_call(self, call: CallArguments) -> None:
+        arguments = call.flat()
         model = arguments.get("model")
         if isinstance(model, str) and self._model is None:
             self._model = model
