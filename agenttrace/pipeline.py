@@ -22,7 +22,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from agenttrace import config
+from agenttrace import semconv as sc
 from agenttrace._version import __version__
+from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.processing.writer import EpisodeWriter, SinkSpec, WriterSpec
@@ -56,7 +58,7 @@ class AgentTrace:
         self.trajectory_processor: TrajectoryProcessor | None = None
         self._shut_down = False
         self.provider, self.owns_provider = _choose_provider(tracer_provider, settings)
-        self.tracer = self.provider.get_tracer("agenttrace", __version__)
+        self.tracer = self.provider.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__)
         # Open episodes by environment, to mark them abandoned/aborted (see instrument.spans).
         self.open_episodes_by_env: dict[int, Any] = {}
         self.env_lock = threading.Lock()
@@ -81,6 +83,9 @@ class AgentTrace:
             queue_size=settings.queue_size,
             block_timeout=settings.block_timeout,
             flush_each_episode=in_ray_worker,
+            foreign_spans=ForeignSpanPolicy(
+                capture_content=self.capture_content, redact=self.redact
+            ),
         )
         self.provider.add_span_processor(self.trajectory_processor)
         if "otlp" in targets:

@@ -10,6 +10,10 @@ semantic-conventions repository); LLM and tool calls use the OpenTelemetry GenAI
 
 from __future__ import annotations
 
+#: Instrumentation scope (tracer name) of agenttrace's own spans; spans of other scopes are
+#: "foreign": written by other instrumentations.
+INSTRUMENTATION_SCOPE = "agenttrace"
+
 # --- span names -------------------------------------------------------------------------
 EPISODE = "episode"
 ENV_RESET = "env.reset"
@@ -123,6 +127,24 @@ GEN_AI_EVENT_CONTENT = "gen_ai.event.content"
 # Semantic conventions 1.37 and later: the per-call details event (a log record from
 # opentelemetry-util-genai; read when some SDK puts it on the span instead).
 GEN_AI_INFERENCE_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+#: Attributes (of spans or span events) that carry message content in the GenAI formats
+#: above, and in flattened ones (OpenLLMetry's gen_ai.prompt.{i}.content). agenttrace applies its
+#: content policy to them in spans of other instrumentations (docs/llm-calls.md).
+GEN_AI_CONTENT_ATTRIBUTES = frozenset(
+    {
+        GEN_AI_INPUT_MESSAGES,
+        GEN_AI_OUTPUT_MESSAGES,
+        GEN_AI_SYSTEM_INSTRUCTIONS,
+        GEN_AI_TOOL_DEFINITIONS,
+        GEN_AI_TOOL_CALL_ARGUMENTS,
+        GEN_AI_TOOL_CALL_RESULT,
+        GEN_AI_PROMPT,
+        GEN_AI_COMPLETION,
+        GEN_AI_EVENT_CONTENT,
+    }
+)
+GEN_AI_CONTENT_PREFIXES = (GEN_AI_PROMPT + ".", GEN_AI_COMPLETION + ".")
+GEN_AI_FLATTENED_CONTENT_LEAVES = (".content", ".arguments")
 # OpenLLMetry (Traceloop) marks its model-call spans ("openai.chat") with this key.
 LLM_REQUEST_TYPE = "llm.request.type"
 LLM_REQUEST_TYPES_MODEL = frozenset({"chat", "completion"})

@@ -1251,3 +1251,31 @@ def test_instrument_package_exports_every_integration_lazily() -> None:
         timeout=60,
     )
     assert light.stdout.strip() == "False"
+
+
+def test_decorated_functions_record_arguments_however_they_are_passed(mem) -> None:
+    @at.agent_act
+    def act(state, *, temperature=1.0):
+        return "left"
+
+    @at.env_step
+    def step(env_handle, /, action, **extra):
+        return ([0.0], 1.0, False, False, {})
+
+    with at.episode():
+        with at.timestep():
+            act(state=[1, 2])
+            step("env", action="left", note="x")
+        with at.timestep():
+            act([3, 4])
+            step("env", "right")
+    spans = [s for s in mem.spans() if s.name in (sc.AGENT_ACT, sc.ENV_STEP)]
+    recorded = [
+        (s.name, s.attributes.get(sc.OBSERVATION), s.attributes.get(sc.ACTION)) for s in spans
+    ]
+    assert recorded == [
+        (sc.AGENT_ACT, "[1,2]", '"left"'),
+        (sc.ENV_STEP, "[0.0]", '"left"'),
+        (sc.AGENT_ACT, "[3,4]", '"left"'),
+        (sc.ENV_STEP, "[0.0]", '"right"'),
+    ]

@@ -737,3 +737,107 @@ def test_message_attributes_recorded_as_arrays_of_json_texts(pipeline):
         {"role": "user", "content": "two"},
     ]
     assert call.output_messages == ["not json", "either"]
+
+
+# --- agenttrace's content policy on other instrumentations' spans ----------------------------
+
+
+def run_text(runtime: at.AgentTrace) -> str:
+    return "".join(p.read_text() for p in Path(runtime.run_dir).rglob("*") if p.is_file())
+
+
+def ask_weather(runtime: at.AgentTrace, server: ChatServer, monkeypatch) -> None:
+    """One openai-v2 traced call with a tool, content captured on the span."""
+    monkeypatch.setenv(SEMCONV_ENV, "gen_ai_latest_experimental")
+    monkeypatch.setenv(CONTENT_ENV, "span_only")
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=runtime.provider)
+    try:
+        with at.episode(), at.timestep():
+            client_for(server).chat.completions.create(
+                model="gpt-test",
+                messages=[{"role": "user", "content": "Weather in Paris, my secret city?"}],
+                tools=[WEATHER_TOOL],
+            )
+    finally:
+        instrumentor.uninstrument()
+
+
+def test_content_none_drops_message_content_of_openai_v2_spans(tmp_path, server, monkeypatch):
+    runtime = at.configure(out=str(tmp_path), run_name="none", sinks=["jsonl"], content="none")
+    ask_weather(runtime, server, monkeypatch)
+    result = read_run(runtime)
+    assert result.offline == result.live
+    (call,) = result.live[0].steps[0].llm_calls
+    answered = server.exchanges[0]["response"]
+    assert (call.input_messages, call.output_messages) == (None, None)
+    assert call.model == answered["model"]
+    assert call.finish_reasons == ["tool_calls"]
+    assert call.input_tokens == answered["usage"]["prompt_tokens"]
+    text = run_text(runtime)
+    assert "secret city" not in text and "Paris" not in text
+    (record,) = [r for r in read_otlp_json(runtime.span_paths) if r.name == "chat gpt-test"]
+    assert not set(record.attributes) & sc.GEN_AI_CONTENT_ATTRIBUTES
+    assert record.attributes[sc.GEN_AI_REQUEST_MODEL] == "gpt-test"  # the rest is kept
+
+
+def test_redact_hook_sees_foreign_message_content_decoded(tmp_path, server, monkeypatch):
+    seen: list[tuple[str, Any]] = []
+
+    def redact(key: str, value: Any) -> Any:
+        seen.append((key, value))
+        return json.loads(json.dumps(value).replace("Paris", "[city]"))
+
+    runtime = at.configure(out=str(tmp_path), run_name="redact", sinks=["jsonl"], redact=redact)
+    ask_weather(runtime, server, monkeypatch)
+    result = read_run(runtime)
+    assert result.offline == result.live
+    (call,) = result.live[0].steps[0].llm_calls
+    assert call.input_messages == [
+        {"role": "user", "content": "Weather in [city], my secret city?"}
+    ]
+    assert "[city]" in call.output_messages[0]["tool_calls"][0]["function"]["arguments"]
+    assert {key for key, _ in seen} >= {sc.GEN_AI_INPUT_MESSAGES, sc.GEN_AI_OUTPUT_MESSAGES}
+    assert all(isinstance(value, list) for key, value in seen if key == sc.GEN_AI_INPUT_MESSAGES)
+    assert "Paris" not in run_text(runtime)
+
+
+def test_content_none_keeps_roles_and_finish_reasons_of_flattened_attributes(tmp_path):
+    runtime = at.configure(out=str(tmp_path), run_name="flat", sinks=["jsonl"], content="none")
+    call = fold_one_call(
+        runtime,
+        {
+            "span.name": "openai.chat",
+            sc.LLM_REQUEST_TYPE: "chat",
+            sc.GEN_AI_REQUEST_MODEL: "gpt-x",
+            "gen_ai.prompt.0.role": "user",
+            "gen_ai.prompt.0.content": "a private prompt",
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.finish_reason": "tool_calls",
+            "gen_ai.completion.0.tool_calls.0.name": "get_weather",
+            "gen_ai.completion.0.tool_calls.0.arguments": '{"city":"Paris"}',
+        },
+        [(sc.GEN_AI_CONTENT_PROMPT_EVENT, {sc.GEN_AI_PROMPT: '[{"role":"user","content":"x"}]'})],
+    )
+    assert call.input_messages == [{"role": "user", "content": None}]
+    assert call.finish_reasons == ["tool_calls"]
+    assert call.output_messages[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    text = run_text(runtime)
+    assert "a private prompt" not in text and "Paris" not in text
+    assert sc.GEN_AI_PROMPT + '"' not in text  # the event lost its content attribute
+
+
+def test_attributes_named_like_secrets_never_leave_foreign_spans(pipeline):
+    tracer = pipeline.provider.get_tracer("some.http.instrumentation")
+    with at.episode(), at.timestep():
+        with tracer.start_as_current_span("GET /step") as span:
+            span.set_attribute("http.request.header.authorization", "Bearer sk-live-123")
+            span.set_attribute("db.password", "hunter2")
+            span.set_attribute("http.request.method", "GET")
+            span.add_event("retry", {"x-api-key": "sk-live-456", "attempt": 2})
+    read_run(pipeline)
+    (record,) = [r for r in read_otlp_json(pipeline.span_paths) if r.name == "GET /step"]
+    assert set(record.attributes) == {"http.request.method", sc.EPISODE_ID}
+    assert dict(record.events[0].attributes) == {"attempt": 2}
+    text = run_text(pipeline)
+    assert "sk-live" not in text and "hunter2" not in text

@@ -22,7 +22,7 @@ _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_O
 class Parameters:
     """Where a function's named arguments sit in a call, worked out once per function."""
 
-    __slots__ = ("_lookups", "first", "positions", "var_keyword", "var_positional")
+    __slots__ = ("_lookups", "first", "keywords", "positions", "var_keyword", "var_positional")
 
     def __init__(self, signature: inspect.Signature | None) -> None:
         #: Position of each parameter that can be passed positionally.
@@ -32,9 +32,16 @@ class Parameters:
         self.first: str | None = None
         self.var_positional: str | None = None
         self.var_keyword: str | None = None
+        #: Parameters a keyword argument binds to (the rest go to ``**var_keyword``).
+        self.keywords: frozenset[str] = frozenset()
         self._lookups: dict[tuple[str, ...], tuple[int, ...]] = {}
         if signature is None:
             return
+        self.keywords = frozenset(
+            param.name
+            for param in signature.parameters.values()
+            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+        )
         for param in signature.parameters.values():
             if param.kind in _POSITIONAL:
                 self.positions[param.name] = len(self.positions)
@@ -108,7 +115,7 @@ class CallArguments:
         if name == parameters.var_positional and len(self.args) > len(parameters.positions):
             return self.args[len(parameters.positions) :]
         if name == parameters.var_keyword:
-            extra = {k: v for k, v in self.kwargs.items() if k not in parameters.positions}
+            extra = {k: v for k, v in self.kwargs.items() if k not in parameters.keywords}
             return extra if extra else _UNSET
         return _UNSET
 

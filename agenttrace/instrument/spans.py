@@ -157,7 +157,7 @@ class _Scope:
 
     def _tracer(self, runtime: pipeline.AgentTrace) -> trace.Tracer:
         if self._tracer_provider is not None:
-            return self._tracer_provider.get_tracer("agenttrace")
+            return self._tracer_provider.get_tracer(sc.INSTRUMENTATION_SCOPE)
         return runtime.tracer
 
     def start(self) -> _Scope:

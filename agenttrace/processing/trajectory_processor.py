@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from agenttrace import semconv as sc
 from agenttrace.processing._worker import BackgroundWorker
+from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.writer import EpisodeWriter, FinishedEpisode, report_paths
 from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
@@ -84,12 +85,15 @@ class TrajectoryProcessor(SpanProcessor):
         block_timeout: float = 30.0,
         check_interval: float = 1.0,
         flush_each_episode: bool = False,
+        foreign_spans: ForeignSpanPolicy | None = None,
     ) -> None:
         if writer is None:
             writer = EpisodeWriter([as_sink(sink) for sink in sinks], span_writer)
         elif sinks or span_writer is not None:
             raise TypeError("give either a writer or sinks and a span_writer, not both")
         self.writer = writer
+        # Spans of other instrumentations follow agenttrace's content policy (secrets, content).
+        self._foreign = foreign_spans or ForeignSpanPolicy()
         # Wait for each finished episode to be written (Ray workers: Ray ends them without
         # running exit handlers, so what is still queued then would be lost).
         self._flush_each_episode = flush_each_episode
@@ -147,6 +151,8 @@ class TrajectoryProcessor(SpanProcessor):
             if episode_id is None and not self._keeps_all_spans:
                 return
             record = record_from_span(span)
+            if record.scope_name != sc.INSTRUMENTATION_SCOPE:
+                record = self._foreign.apply(record)
             if episode_id is None:
                 self._put_spans([record])
                 return

@@ -1,0 +1,61 @@
+"""ForeignSpanPolicy: agenttrace's content policy on records of other instrumentations' spans."""
+
+from __future__ import annotations
+
+from agenttrace import semconv as sc
+from agenttrace.processing.foreign_spans import ForeignSpanPolicy, is_content_key
+from agenttrace.trajectory.records import SpanEvent, SpanRecord
+
+
+def record(scope: str, attributes: dict, events: tuple = ()) -> SpanRecord:
+    return SpanRecord(1, 2, 0, "chat m", 0, 1, attributes, events, scope_name=scope)
+
+
+def test_agenttraces_own_spans_pass_unchanged() -> None:
+    own = record(sc.INSTRUMENTATION_SCOPE, {sc.GEN_AI_INPUT_MESSAGES: "[]", "api_key": "x"})
+    assert ForeignSpanPolicy(capture_content=False).apply(own) is own
+
+
+def test_a_foreign_span_with_nothing_to_change_is_the_same_record() -> None:
+    span = record("openai", {sc.GEN_AI_REQUEST_MODEL: "m"}, (SpanEvent("e", 0, {"a": 1}),))
+    assert ForeignSpanPolicy(capture_content=False).apply(span) is span
+
+
+def test_content_and_secrets_go_the_rest_stays() -> None:
+    span = record(
+        "openai",
+        {sc.GEN_AI_INPUT_MESSAGES: '[{"role":"user","content":"hi"}]', "token": "t", "n": 1},
+        (SpanEvent("gen_ai.choice", 5, {sc.GEN_AI_EVENT_CONTENT: "{}", "index": 0}),),
+    )
+    cleaned = ForeignSpanPolicy(capture_content=False).apply(span)
+    assert dict(cleaned.attributes) == {"n": 1}
+    assert cleaned.events == (SpanEvent("gen_ai.choice", 5, {"index": 0}),)
+    assert span.attributes[sc.GEN_AI_INPUT_MESSAGES]  # the original record is not changed
+    kept = ForeignSpanPolicy(capture_content=True).apply(span)
+    assert dict(kept.attributes) == {
+        sc.GEN_AI_INPUT_MESSAGES: span.attributes[sc.GEN_AI_INPUT_MESSAGES],
+        "n": 1,
+    }
+
+
+def test_a_raising_redact_hook_withholds_that_value_only() -> None:
+    def redact(key, value):
+        raise RuntimeError("hook bug")
+
+    span = record("x", {sc.GEN_AI_OUTPUT_MESSAGES: "[1]", "n": 1})
+    cleaned = ForeignSpanPolicy(redact=redact).apply(span)
+    assert dict(cleaned.attributes) == {sc.GEN_AI_OUTPUT_MESSAGES: "[REDACTED]", "n": 1}
+
+
+def test_redact_gets_plain_text_back_as_text() -> None:
+    span = record("x", {sc.GEN_AI_TOOL_CALL_RESULT: "not json: Paris"})
+    cleaned = ForeignSpanPolicy(redact=lambda k, v: v.replace("Paris", "?")).apply(span)
+    assert cleaned.attributes[sc.GEN_AI_TOOL_CALL_RESULT] == "not json: ?"
+
+
+def test_content_keys() -> None:
+    assert is_content_key("gen_ai.prompt.3.content")
+    assert is_content_key("gen_ai.completion.0.tool_calls.1.arguments")
+    assert not is_content_key("gen_ai.completion.0.finish_reason")
+    assert not is_content_key("gen_ai.prompt.0.role")
+    assert not is_content_key(sc.GEN_AI_REQUEST_MODEL)
