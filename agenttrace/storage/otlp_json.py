@@ -42,6 +42,7 @@ __all__ = [
     "OtlpJsonLinesWriter",
     "SpanFormatError",
     "SpanFormatWarning",
+    "decode_document",
     "decode_line",
     "encode_lines",
     "iter_records",
@@ -89,8 +90,12 @@ class SpanFormatWarning(UserWarning):
     """Category of the warnings the readers give by default for unreadable lines or spans."""
 
 
-def _warn(error: SpanFormatError) -> None:
+def warn(error: SpanFormatError) -> None:
+    """The readers' default error handler: each problem as a :class:`SpanFormatWarning`."""
     warnings.warn(str(error), SpanFormatWarning, stacklevel=3)
+
+
+_warn = warn
 
 
 # --------------------------------------------------------------------------------------------
@@ -740,6 +745,8 @@ def _decode_document(
         )
     resource_spans = document.get("resourceSpans")
     if resource_spans is None:
+        resource_spans = document.get("batches")  # Tempo before 2.6
+    if resource_spans is None:
         if "resource_spans" in document:
             document = _camel_keys(document)
             resource_spans = document["resourceSpans"]
@@ -810,6 +817,20 @@ def _decode_document(
                     on_span_error(SpanFormatError(reason, span=index))
                 index += 1
     return records
+
+
+def decode_document(
+    document: Any, on_error: Callable[[SpanFormatError], None] | None = None
+) -> list[SpanRecord]:
+    """Records of one parsed OTLP/JSON trace document: an export request, or the traces a
+    backend answered (``resourceSpans`` or Tempo's ``batches``; hex or base64 ids; enum
+    numbers or names). Problems go to ``on_error`` (default: warnings), the rest is kept."""
+    report = on_error or warn
+    try:
+        return _decode_document(document, report)
+    except SpanFormatError as error:
+        report(error)
+        return []
 
 
 def _reason(error: Exception) -> str:

@@ -1,0 +1,223 @@
+"""Local HTTP servers that answer like trace backends' query APIs, for the storage readers' tests.
+
+They hold span records (from a real agenttrace run) and answer in each API's wire format, the
+way the upstream samples in fixtures/upstream show it. Each server binds 127.0.0.1 on a free
+port, remembers every request (path, query, headers) and is stopped by its test.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from agenttrace.storage.otlp_json import encode_lines
+from agenttrace.trajectory.records import SpanRecord
+
+Route = Callable[[str, dict[str, list[str]]], tuple[int, Any]]
+
+
+class BackendServer:
+    """Answers GET requests through ``route(path, query) -> (status, json body)``."""
+
+    def __init__(self, route: Route) -> None:
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                url = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(url.query)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                server.requests.append({"path": url.path, "query": query, "headers": headers})
+                status, body = route(url.path, query)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_port}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+def otlp_json(records: Iterable[SpanRecord]) -> dict:
+    return json.loads(encode_lines(list(records)))
+
+
+def _service(record: SpanRecord) -> str | None:
+    return record.resource.get("service.name")
+
+
+def _rfc3339_ns(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1e9)
+
+
+def select_traces(
+    records: list[SpanRecord], service: str | None, start_ns: int, end_ns: int, limit: int
+) -> list[SpanRecord]:
+    """Whole traces with a span of ``service`` whose root started in the window, newest
+    ``limit`` of them (what Jaeger's and Tempo's searches do)."""
+    roots: dict[int, int] = {}
+    for record in records:
+        if record.parent_span_id == 0 or record.trace_id not in roots:
+            roots[record.trace_id] = min(
+                roots.get(record.trace_id, record.start_time), record.start_time
+            )
+    matching = {
+        r.trace_id
+        for r in records
+        if (service is None or _service(r) == service) and start_ns <= roots[r.trace_id] <= end_ns
+    }
+    chosen = set(sorted(matching, key=roots.__getitem__, reverse=True)[:limit])
+    return [r for r in records if r.trace_id in chosen]
+
+
+# --- Jaeger ----------------------------------------------------------------------------------
+
+
+def jaeger_v3_route(records: list[SpanRecord]) -> Route:
+    def route(path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
+        if path.startswith("/api/v3/traces/"):
+            trace_id = int(path.rsplit("/", 1)[1], 16)
+            found = [r for r in records if r.trace_id == trace_id]
+        elif path == "/api/v3/traces":
+            one = {k: v[0] for k, v in query.items()}
+            if "query.start_time_min" not in one or "query.start_time_max" not in one:
+                return 400, {"error": {"message": "query.start_time_min and max are required"}}
+            found = select_traces(
+                records,
+                one.get("query.service_name"),
+                _rfc3339_ns(one["query.start_time_min"]),
+                _rfc3339_ns(one["query.start_time_max"]),
+                int(one.get("query.search_depth", 100)),
+            )
+        else:
+            return 404, {"error": {"message": "not found"}}
+        if not found:
+            return 404, {"error": {"code": 5, "message": "trace not found"}}
+        return 200, {"result": otlp_json(found)}
+
+    return route
+
+
+def jaeger_v1_span(record: SpanRecord, process_id: str) -> dict:
+    """One record as Jaeger's v1 JSON shows it (Jaeger's OTLP -> Jaeger translation)."""
+    tags = [_tag(k, v) for k, v in record.attributes.items()]
+    if record.scope_name:
+        tags.append(_tag("otel.scope.name", record.scope_name))
+    if record.scope_version:
+        tags.append(_tag("otel.scope.version", record.scope_version))
+    if record.kind != "INTERNAL":
+        tags.append(_tag("span.kind", record.kind.lower()))
+    if record.status_code != "UNSET":
+        tags.append(_tag("otel.status_code", record.status_code))
+        if record.status_code == "ERROR":
+            tags.append(_tag("error", True))
+    if record.status_message:
+        tags.append(_tag("otel.status_description", record.status_message))
+    references = []
+    if record.parent_span_id:
+        references.append(_ref("CHILD_OF", record.trace_id, record.parent_span_id))
+    references += [_ref("FOLLOWS_FROM", link.trace_id, link.span_id) for link in record.links]
+    start_us = record.start_time // 1000
+    return {
+        "traceID": format(record.trace_id, "032x"),
+        "spanID": format(record.span_id, "016x"),
+        "flags": 1,
+        "operationName": record.name,
+        "references": references,
+        "startTime": start_us,
+        "duration": (record.end_time or record.start_time) // 1000 - start_us,
+        "tags": tags,
+        "logs": [
+            {
+                "timestamp": event.time // 1000,
+                "fields": [_tag("event", event.name)]
+                + [_tag(k, v) for k, v in event.attributes.items()],
+            }
+            for event in record.events
+        ],
+        "processID": process_id,
+        "warnings": None,
+    }
+
+
+def _ref(kind: str, trace_id: int, span_id: int) -> dict:
+    return {"refType": kind, "traceID": format(trace_id, "032x"), "spanID": format(span_id, "016x")}
+
+
+def _tag(key: str, value: Any) -> dict:
+    if isinstance(value, bool):
+        return {"key": key, "type": "bool", "value": value}
+    if isinstance(value, int):
+        return {"key": key, "type": "int64", "value": value}
+    if isinstance(value, float):
+        return {"key": key, "type": "float64", "value": value}
+    if isinstance(value, (tuple, list)):
+        return {"key": key, "type": "string", "value": json.dumps(list(value))}
+    return {"key": key, "type": "string", "value": str(value)}
+
+
+def jaeger_v1_traces(records: list[SpanRecord]) -> list[dict]:
+    traces: dict[int, dict] = {}
+    for record in records:
+        trace = traces.setdefault(
+            record.trace_id,
+            {
+                "traceID": format(record.trace_id, "032x"),
+                "spans": [],
+                "processes": {},
+                "warnings": None,
+            },
+        )
+        resource = dict(record.resource)
+        service = resource.pop("service.name", "unknown")
+        process = {"serviceName": service, "tags": [_tag(k, v) for k, v in resource.items()]}
+        process_id = next((k for k, v in trace["processes"].items() if v == process), None)
+        if process_id is None:
+            process_id = f"p{len(trace['processes']) + 1}"
+            trace["processes"][process_id] = process
+        trace["spans"].append(jaeger_v1_span(record, process_id))
+    return list(traces.values())
+
+
+def jaeger_v1_route(records: list[SpanRecord]) -> Route:
+    def route(path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
+        if path.startswith("/api/traces/"):
+            trace_id = int(path.rsplit("/", 1)[1], 16)
+            found = [r for r in records if r.trace_id == trace_id]
+            if not found:
+                return 404, {"data": None, "errors": [{"code": 404, "msg": "trace not found"}]}
+            return 200, {"data": jaeger_v1_traces(found)}
+        if path == "/api/traces":
+            one = {k: v[0] for k, v in query.items()}
+            found = select_traces(
+                records,
+                one.get("service"),
+                int(one.get("start", 0)) * 1000,
+                int(one.get("end", 2**62 // 1000)) * 1000,
+                int(one.get("limit", 20)),
+            )
+            return 200, {"data": jaeger_v1_traces(found), "total": 0, "limit": 0, "errors": None}
+        return 404, {"data": None}
+
+    return route
