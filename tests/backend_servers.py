@@ -7,6 +7,7 @@ port, remembers every request (path, query, headers) and is stopped by its test.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import urllib.parse
@@ -219,5 +220,67 @@ def jaeger_v1_route(records: list[SpanRecord]) -> Route:
             )
             return 200, {"data": jaeger_v1_traces(found), "total": 0, "limit": 0, "errors": None}
         return 404, {"data": None}
+
+    return route
+
+
+# --- Tempo -----------------------------------------------------------------------------------
+
+
+def tempo_trace_body(records: list[SpanRecord], *, batches: bool) -> dict:
+    """OTLP/JSON the way Tempo answers it: base64 ids, enum names; ``batches`` before 2.6."""
+    document = otlp_json(records)
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if span.get(key):
+                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+                span["kind"] = _KIND_NAMES[span.get("kind", 0)]
+                status = span.get("status") or {}
+                if "code" in status:
+                    status["code"] = _STATUS_NAMES[status["code"]]
+    key = "batches" if batches else "resourceSpans"
+    return {key: document["resourceSpans"]}
+
+
+_KIND_NAMES = ["SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER",
+               "SPAN_KIND_CLIENT", "SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER"]  # fmt: skip
+_STATUS_NAMES = ["STATUS_CODE_UNSET", "STATUS_CODE_OK", "STATUS_CODE_ERROR"]
+
+
+def tempo_route(records: list[SpanRecord], *, version: str = "2.6") -> Route:
+    """Tempo's search and trace-by-id APIs; ``version`` "2.0" has no /api/v2 and uses
+    ``batches``."""
+    modern = version != "2.0"
+
+    def route(path: str, query: dict[str, list[str]]) -> tuple[int, Any]:
+        if path == "/api/search":
+            one = {k: v[0] for k, v in query.items()}
+            service = None
+            if 'resource.service.name = "' in one.get("q", ""):
+                service = one["q"].split('resource.service.name = "')[1].split('"')[0]
+            found = select_traces(
+                records,
+                service,
+                int(one.get("start", 0)) * 10**9,
+                int(one.get("end", 2**31)) * 10**9,
+                int(one.get("limit", 20)),
+            )
+            trace_ids = sorted({r.trace_id for r in found})
+            # Tempo drops leading zeros of trace ids in search results
+            traces = [{"traceID": format(t, "x"), "rootServiceName": "?"} for t in trace_ids]
+            return 200, {"traces": traces, "metrics": {"inspectedTraces": len(trace_ids)}}
+        if modern and path == "/api/v2/search/tags":
+            return 200, {"scopes": []}
+        prefix = "/api/v2/traces/" if modern else "/api/traces/"
+        if path.startswith(prefix):
+            trace_id = int(path.rsplit("/", 1)[1], 16)
+            found = [r for r in records if r.trace_id == trace_id]
+            if not found:
+                return 404, {"error": "trace not found"}
+            body = tempo_trace_body(found, batches=not modern)
+            return 200, {"trace": body} if modern else body
+        return 404, {"error": "not found"}
 
     return route

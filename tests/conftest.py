@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import gymnasium as gym
 import pytest
 
 import agenttrace as at
@@ -44,3 +45,37 @@ def read_run(runtime: at.AgentTrace) -> RunResult:
     live = load_trajectories(runtime.trajectory_paths) if runtime.trajectory_paths else []
     offline = at.assemble(read_otlp_json(runtime.span_paths)) if runtime.span_paths else []
     return RunResult(live=live, offline=offline, stats=runtime.stats())
+
+
+# --- a real run for the storage readers' tests -------------------------------------------------
+
+SERVICE = "cartpole-run"
+TOKEN = "backend-test-token-123"
+
+
+@pytest.fixture(scope="session")
+def cartpole_run(tmp_path_factory) -> tuple[list, list]:
+    """Three CartPole episodes traced with the API: (live trajectories, span records)."""
+    out = tmp_path_factory.mktemp("run")
+    runtime = at.configure(
+        out=str(out), run_name="storage", sinks=["jsonl"], spans=["file"], service_name=SERVICE
+    )
+    env = gym.make("CartPole-v1")
+    for seed in range(3):
+        with at.episode(env=env, seed=seed, task_id=f"task-{seed}"):
+            with at.env_reset() as reset:
+                obs, _ = reset.record_result(env.reset(seed=seed))
+            for _ in range(30):
+                with at.timestep():
+                    with at.agent_act() as act:
+                        action = int(obs[2] > 0)
+                        act.record(observation=obs, action=action)
+                    with at.env_step() as step:
+                        step.record(action=action)
+                        obs, _, terminated, truncated, _ = step.record_result(env.step(action))
+                if terminated or truncated:
+                    break
+    result = read_run(runtime)
+    at.shutdown()
+    assert len(result.live) == 3 and result.offline == result.live
+    return result.live, list(read_otlp_json(runtime.span_paths))

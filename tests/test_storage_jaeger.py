@@ -6,20 +6,16 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import gymnasium as gym
 import pytest
 from backend_servers import BackendServer, jaeger_v1_route, jaeger_v3_route
-from conftest import read_run
+from conftest import SERVICE, TOKEN
 
 import agenttrace as at
-from agenttrace.storage import read_otlp_json
 from agenttrace.storage.http import BackendError
 from agenttrace.storage.jaeger import JaegerReader, decode_v1
 from agenttrace.storage.otlp_json import SpanFormatError, decode_document
 
 UPSTREAM = Path(__file__).parent / "fixtures" / "upstream" / "jaeger"
-SERVICE = "cartpole-run"
-TOKEN = "jaeger-test-token-123"
 
 
 def load(name: str) -> object:
@@ -58,34 +54,6 @@ def test_a_bad_v1_span_is_reported_and_the_rest_kept() -> None:
 
 
 # --- a real run, served back -----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cartpole_run(tmp_path_factory) -> tuple[list, list]:
-    """Three CartPole episodes traced with the API: (live trajectories, span records)."""
-    out = tmp_path_factory.mktemp("run")
-    runtime = at.configure(
-        out=str(out), run_name="jaeger", sinks=["jsonl"], spans=["file"], service_name=SERVICE
-    )
-    env = gym.make("CartPole-v1")
-    for seed in range(3):
-        with at.episode(env=env, seed=seed, task_id=f"task-{seed}"):
-            with at.env_reset() as reset:
-                obs, _ = reset.record_result(env.reset(seed=seed))
-            for _ in range(30):
-                with at.timestep():
-                    with at.agent_act() as act:
-                        action = int(obs[2] > 0)
-                        act.record(observation=obs, action=action)
-                    with at.env_step() as step:
-                        step.record(action=action)
-                        obs, _, terminated, truncated, _ = step.record_result(env.step(action))
-                if terminated or truncated:
-                    break
-    result = read_run(runtime)
-    at.shutdown()
-    assert len(result.live) == 3 and result.offline == result.live
-    return result.live, list(read_otlp_json(runtime.span_paths))
 
 
 @pytest.fixture
