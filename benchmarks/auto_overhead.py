@@ -32,7 +32,6 @@ hand-written <= 1.1 and nothing lost. Run::
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import statistics
@@ -47,6 +46,7 @@ from typing import Any
 
 import cartpole_plain as plain
 import gymnasium as gym
+from rounds import parse_arguments
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -248,14 +248,7 @@ def compare(hand: Readback, auto: Readback) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=300_000, help="steps per variant, in all")
-    parser.add_argument("--rounds", type=int, default=15, help="short interleaved rounds")
-    parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto")
-    args = parser.parse_args()
-    if args.steps < 1 or args.rounds < 1:
-        parser.error("--steps and --rounds must be at least 1")
-    round_steps = -(-args.steps // args.rounds)
+    args, round_steps = parse_arguments(__doc__.split("\n\n")[0])
     env = gym.make("CartPole-v1")
     run_bare(env, 2_000)  # warm up imports and caches
     instrumentor = AgentTraceInstrumentor()

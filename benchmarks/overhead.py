@@ -24,7 +24,6 @@ agenttrace / raw SDK <= 1.3 and nothing lost. Run::
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import statistics
@@ -36,6 +35,7 @@ from pathlib import Path
 import gymnasium as gym
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from rounds import parse_arguments
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -160,14 +160,7 @@ def measure(fn, *args) -> tuple[float, tuple]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=300_000, help="steps per variant, in all")
-    parser.add_argument("--rounds", type=int, default=15, help="short interleaved rounds")
-    parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto")
-    args = parser.parse_args()
-    if args.steps < 1 or args.rounds < 1:
-        parser.error("--steps and --rounds must be at least 1")
-    round_steps = -(-args.steps // args.rounds)
+    args, round_steps = parse_arguments(__doc__.split("\n\n")[0])
     env = gym.make("CartPole-v1")
     run_bare(env, 2_000)  # warm up imports and caches
     timings: dict[str, list[float]] = {"bare": [], "raw SDK": [], "agenttrace": []}

@@ -1,0 +1,21 @@
+"""The command line shared by the side-by-side benchmarks (overhead.py, auto_overhead.py).
+
+Both play ``--steps`` per variant split into ``--rounds`` short interleaved rounds, and take
+each ratio within a round: this host's speed drifts by 10-20 % within a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def parse_arguments(description: str) -> tuple[argparse.Namespace, int]:
+    """The parsed arguments and the number of steps per variant in one round."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=300_000, help="steps per variant, in all")
+    parser.add_argument("--rounds", type=int, default=15, help="short interleaved rounds")
+    parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto")
+    args = parser.parse_args()
+    if args.steps < 1 or args.rounds < 1:
+        parser.error("--steps and --rounds must be at least 1")
+    return args, -(-args.steps // args.rounds)
