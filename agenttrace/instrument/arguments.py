@@ -37,12 +37,10 @@ class Parameters:
         self._lookups: dict[tuple[str, ...], tuple[int, ...]] = {}
         if signature is None:
             return
-        self.keywords = frozenset(
-            param.name
-            for param in signature.parameters.values()
-            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
-        )
+        keywords = []
         for param in signature.parameters.values():
+            if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+                keywords.append(param.name)
             if param.kind in _POSITIONAL:
                 self.positions[param.name] = len(self.positions)
                 if (
@@ -55,6 +53,7 @@ class Parameters:
                 self.var_positional = param.name
             elif param.kind is inspect.Parameter.VAR_KEYWORD:
                 self.var_keyword = param.name
+        self.keywords = frozenset(keywords)
 
     def positions_of(self, names: tuple[str, ...]) -> tuple[int, ...]:
         """Positions of the parameters :meth:`CallArguments.first` tries, in its order."""

@@ -125,11 +125,9 @@ class _TargetCall:
             if self.receiver and instance is not None:
                 return self.traced(instance, *args, **kwargs)  # type: ignore[misc]
             return self.traced(*args, **kwargs)  # type: ignore[misc]
-        if not self.receiver:
-            scope = hooks.begin_bound(None, args, kwargs)
-        elif instance is not None:  # obj.step(a): wrapt split the receiver off already
+        if self.receiver and instance is not None:  # obj.step(a): wrapt split it off
             scope = hooks.begin_bound(instance, args, kwargs)
-        else:  # Class.step(obj, a)
+        else:  # a function, or Class.step(obj, a)
             scope = hooks.begin(args, kwargs)
         return hooks.run(scope, wrapped, args, kwargs)
 

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.storage.http import JsonClient
-from agenttrace.storage.otlp_json import SpanFormatError, decode_document, warn
+from agenttrace.storage.otlp_json import ErrorHandler, SpanFormatError, decode_document, warn
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
-
-ErrorHandler = Callable[[SpanFormatError], None]
 
 _KINDS = {"client": "CLIENT", "server": "SERVER", "producer": "PRODUCER",
           "consumer": "CONSUMER", "internal": "INTERNAL"}  # fmt: skip

@@ -90,6 +90,10 @@ class SpanFormatWarning(UserWarning):
     """Category of the warnings the readers give by default for unreadable lines or spans."""
 
 
+#: What the readers call with each problem they skip (default: :func:`warn`).
+ErrorHandler = Callable[[SpanFormatError], None]
+
+
 def warn(error: SpanFormatError) -> None:
     """The readers' default error handler: each problem as a :class:`SpanFormatWarning`."""
     warnings.warn(str(error), SpanFormatWarning, stacklevel=3)

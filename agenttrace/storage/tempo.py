@@ -10,16 +10,14 @@ Tempo before 2.1. Trace bodies are OTLP/JSON with base64 ids and enum names, und
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.storage.http import JsonClient
-from agenttrace.storage.otlp_json import SpanFormatError, decode_document, warn
+from agenttrace.storage.otlp_json import ErrorHandler, SpanFormatError, decode_document, warn
 from agenttrace.trajectory.records import SpanRecord
-
-ErrorHandler = Callable[[SpanFormatError], None]
 
 
 def episode_query(service: str | None = None) -> str:
