@@ -44,6 +44,9 @@ class SpanRecord(NamedTuple):
     links: tuple[SpanLink, ...] = ()
     parent_is_remote: bool = False
     sampled: bool = True  # False for RECORD_ONLY spans: seen by processors, never exported
+    #: What the storage this record was read from cut or lost: attribute key (or one of
+    #: ``LOSSY_TIMES``, ``LOSSY_SPAN``) -> reason. Empty for live records.
+    lossy: Mapping[str, str] = {}
 
     @property
     def trace_id_hex(self) -> str:
@@ -51,6 +54,9 @@ class SpanRecord(NamedTuple):
 
 
 _EMPTY: Mapping[str, Any] = {}
+#: ``SpanRecord.lossy`` keys for what is not an attribute.
+LOSSY_TIMES = "@times"  # start/end times kept at a coarser precision than nanoseconds
+LOSSY_SPAN = "@span"  # the span itself is incomplete (e.g. events or attributes dropped)
 
 
 def _plain_mapping(attributes: Any) -> Mapping[str, Any]:
@@ -150,6 +156,7 @@ def _record_from_sdk_span(span: Any) -> SpanRecord:
             _links(span._links) if span._links else (),
             parent[2] if parent is not None else False,
             context[3] & 1 == 1,  # W3C "sampled" bit
+            _EMPTY,
         )
     )
 
@@ -178,4 +185,5 @@ def _record_from_public_api(span: Any) -> SpanRecord:
         _links(span.links),
         bool(parent.is_remote) if parent is not None else False,
         context.trace_flags.sampled,
+        _EMPTY,
     )
