@@ -1,6 +1,6 @@
 """Trajectory model, value encoding, span records and the one assembler."""
 
-from agenttrace.trajectory.assembler import assemble, build_trajectory
+from agenttrace.trajectory.assembler import build_trajectory
 from agenttrace.trajectory.codec import UnserializableValueWarning, values_equal
 from agenttrace.trajectory.model import (
     SCHEMA,
@@ -12,15 +12,18 @@ from agenttrace.trajectory.model import (
     TrajectoryFormatError,
 )
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord, record_from_span
+from agenttrace.trajectory.stream import AssemblyCounts, StreamingAssembler, assemble
 
 __all__ = [
     "SCHEMA",
+    "AssemblyCounts",
     "EpisodeError",
     "LLMCall",
     "SpanEvent",
     "SpanLink",
     "SpanRecord",
     "Step",
+    "StreamingAssembler",
     "ToolCall",
     "Trajectory",
     "TrajectoryFormatError",

@@ -1,10 +1,10 @@
 """The one assembler: span records -> trajectories.
 
 Pure functions, no I/O, no knowledge of where the records came from. The live
-:class:`~agenttrace.processing.TrajectoryProcessor` and every storage reader call
-:func:`build_trajectory` (one episode's records) or :func:`assemble` (records of any number of
-episodes, grouped here), so an episode rebuilt live and one rebuilt from trace storage are
-equal by construction.
+:class:`~agenttrace.processing.TrajectoryProcessor` calls :func:`build_trajectory` with one
+episode's records; every storage reader's records are grouped into episodes by
+:mod:`agenttrace.trajectory.stream`, which calls it too. So an episode rebuilt live and one
+rebuilt from trace storage are equal by construction.
 
 How a step is put together (docs/trajectory-format.md has the full rules):
 
@@ -21,7 +21,7 @@ How a step is put together (docs/trajectory-format.md has the full rules):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agenttrace import semconv as sc
@@ -41,50 +41,6 @@ _MISSING = object()
 def episode_id_of(record: SpanRecord) -> str | None:
     value = record.attributes.get(sc.EPISODE_ID)
     return None if value is None else str(value)
-
-
-def assemble(records: Iterable[SpanRecord]) -> list[Trajectory]:
-    """Group records by episode and rebuild each; episodes in order of first appearance.
-
-    Records without ``rl.episode.id`` join the episode of their nearest ancestor that has one
-    (spans from other instrumentations); records that belong to no episode are ignored.
-    """
-    groups: dict[str, list[SpanRecord]] = {}
-    owner: dict[tuple[int, int], str] = {}
-    orphans: list[SpanRecord] = []
-    for record in records:
-        episode_id = episode_id_of(record)
-        if episode_id is None:
-            orphans.append(record)
-            continue
-        groups.setdefault(episode_id, []).append(record)
-        owner[(record.trace_id, record.span_id)] = episode_id
-    if orphans:
-        by_id = {(r.trace_id, r.span_id): r for r in orphans}
-        for record in orphans:
-            episode_id = _owner_via_parents(record, owner, by_id)
-            if episode_id is not None:
-                groups[episode_id].append(record)
-    return [build_trajectory(group, episode_id) for episode_id, group in groups.items()]
-
-
-def _owner_via_parents(
-    record: SpanRecord,
-    owner: Mapping[tuple[int, int], str],
-    orphans: Mapping[tuple[int, int], SpanRecord],
-) -> str | None:
-    seen = set()
-    current = record
-    while current.parent_span_id and current.span_id not in seen:
-        seen.add(current.span_id)
-        key = (current.trace_id, current.parent_span_id)
-        if key in owner:
-            return owner[key]
-        parent = orphans.get(key)
-        if parent is None:
-            return None
-        current = parent
-    return None
 
 
 def build_trajectory(

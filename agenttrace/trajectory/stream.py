@@ -1,0 +1,233 @@
+"""Grouping span records into episodes, in one pass and bounded memory.
+
+Trace storage hands out spans in its own order: children usually before their parents (a span
+is exported when it ends), episodes interleaved, an episode spread over many lines and files,
+spans of other processes late. :class:`StreamingAssembler` takes records one at a time and
+gives back each trajectory as soon as its episode is complete, built by the one assembler
+(:func:`~agenttrace.trajectory.assembler.build_trajectory`); what never completes comes out of
+:meth:`~StreamingAssembler.finish` marked ``incomplete``. :func:`assemble` is the same grouping
+over a finite collection.
+
+An episode is *complete* when its ``episode`` span has ended and every step ``0 .. length-1``
+has a span. It is then held for ``grace`` more records, so spans another process exported a
+little later (an env server's, an LLM client's) still join it. Records that arrive after their
+episode was written are counted as ``late``; they cannot change what was written.
+
+Records without ``rl.episode.id`` (other instrumentations' spans) join the episode of their
+nearest ancestor that has one; they wait for that ancestor for at most ``orphan_window``
+records and are then counted as ``unrelated``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from agenttrace import semconv as sc
+from agenttrace.trajectory.assembler import build_trajectory, episode_id_of
+from agenttrace.trajectory.model import Trajectory
+from agenttrace.trajectory.records import SpanRecord
+
+_STEP_ROLES = frozenset((sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP))
+#: Span keys and ids of written episodes remembered to tell late records from unrelated ones.
+_REMEMBERED = 200_000
+
+SpanKey = tuple[int, int]  # (trace_id, span_id)
+
+
+@dataclass
+class AssemblyCounts:
+    """What the grouping saw besides episodes (shown in ``agenttrace export``'s summary)."""
+
+    records: int = 0
+    complete: int = 0  # episodes written as soon as they completed
+    incomplete: int = 0  # episodes written at the end, never complete
+    late: int = 0  # records that arrived after their episode was written
+    duplicates: int = 0  # records of a span already seen (same trace and span id)
+    unrelated: int = 0  # records that belong to no episode
+
+
+@dataclass
+class _OpenEpisode:
+    order: int  # sequence number of its first record, for finish()'s order
+    records: list[SpanRecord] = field(default_factory=list)
+    ended: bool = False
+    length: int | None = None
+    steps_seen: set[int] = field(default_factory=set)
+    due: int | None = None  # sequence number at which it is written
+
+
+class StreamingAssembler:
+    """Feed span records in any order; get each trajectory once its episode is complete.
+
+    ``grace=None`` never writes early (everything comes out of :meth:`finish`), which is what
+    :func:`assemble` uses. ``trusted_scope`` is passed on to ``build_trajectory``.
+    """
+
+    def __init__(
+        self,
+        *,
+        grace: int | None = 1_000,
+        orphan_window: int = 100_000,
+        trusted_scope: str | None = None,
+    ) -> None:
+        self.counts = AssemblyCounts()
+        self._grace = grace
+        self._orphan_window = orphan_window
+        self._trusted = trusted_scope
+        self._open: dict[str, _OpenEpisode] = {}
+        self._owner: dict[SpanKey, str] = {}  # spans of open episodes -> episode id
+        self._waiting: dict[SpanKey, list[SpanRecord]] = {}  # parent key -> orphans under it
+        self._waiting_since: deque[tuple[int, SpanKey]] = deque()
+        self._due: deque[tuple[int, str]] = deque()
+        self._written_spans: dict[SpanKey, None] = {}  # bounded, oldest first
+        self._written_episodes: dict[str, None] = {}
+
+    @property
+    def open_episodes(self) -> int:
+        return len(self._open)
+
+    def add(self, record: SpanRecord) -> list[Trajectory]:
+        """Take one record; return the trajectories that became due (usually none)."""
+        counts = self.counts
+        counts.records += 1
+        sequence = counts.records
+        episode_id = episode_id_of(record)
+        if episode_id is None:
+            self._add_orphan(record, sequence)
+        elif episode_id in self._written_episodes:
+            counts.late += 1
+        else:
+            self._attach(episode_id, record, sequence)
+        done: list[Trajectory] = []
+        due = self._due
+        while due and due[0][0] <= sequence:
+            _, episode_id = due.popleft()
+            if episode_id in self._open:
+                done.append(self._write(episode_id, complete=True))
+        if self._waiting_since and self._waiting_since[0][0] < sequence - self._orphan_window:
+            self._expire_orphans(sequence - self._orphan_window)
+        return done
+
+    def feed(self, records: Iterable[SpanRecord]) -> Iterator[Trajectory]:
+        """All trajectories of ``records``: each as it completes, then the rest at the end."""
+        add = self.add
+        for record in records:
+            done = add(record)
+            if done:
+                yield from done
+        yield from self.finish()
+
+    def finish(self) -> list[Trajectory]:
+        """Write every open episode as it is (incomplete ones marked so), oldest first."""
+        left = sorted(self._open.items(), key=lambda item: item[1].order)
+        done = [self._write(episode_id, complete=False) for episode_id, _ in left]
+        self.counts.unrelated += sum(len(orphans) for orphans in self._waiting.values())
+        self._waiting.clear()
+        self._waiting_since.clear()
+        self._due.clear()
+        return done
+
+    # --- grouping ----------------------------------------------------------------------------
+
+    def _add_orphan(self, record: SpanRecord, sequence: int) -> None:
+        parent = record.parent_span_id
+        if not parent:
+            self.counts.unrelated += 1
+            return
+        key = (record.trace_id, parent)
+        owner = self._owner.get(key)
+        if owner is not None:
+            self._attach(owner, record, sequence)
+        elif key in self._written_spans:
+            self.counts.late += 1
+        else:
+            if key not in self._waiting:
+                self._waiting[key] = []
+                self._waiting_since.append((sequence, key))
+            self._waiting[key].append(record)
+
+    def _attach(self, episode_id: str, record: SpanRecord, sequence: int) -> None:
+        """Add ``record`` (and the orphans waiting for it, recursively) to an open episode."""
+        episode = self._open.get(episode_id)
+        if episode is None:
+            episode = self._open[episode_id] = _OpenEpisode(order=sequence)
+        pending = [record]
+        while pending:
+            record = pending.pop()
+            key = (record.trace_id, record.span_id)
+            if key in self._owner:
+                self.counts.duplicates += 1
+                continue
+            self._owner[key] = episode_id
+            episode.records.append(record)
+            self._note(episode, record)
+            orphans = self._waiting.pop(key, None)
+            if orphans:
+                pending.extend(orphans)
+        if episode.due is None and self._grace is not None and _is_complete(episode):
+            episode.due = sequence + self._grace
+            self._due.append((episode.due, episode_id))
+
+    @staticmethod
+    def _note(episode: _OpenEpisode, record: SpanRecord) -> None:
+        name = record.name
+        if name in _STEP_ROLES:
+            index = record.attributes.get(sc.TIMESTEP_INDEX)
+            if type(index) is int:
+                episode.steps_seen.add(index)
+        elif name == sc.EPISODE and record.end_time is not None:
+            episode.ended = True
+            length = record.attributes.get(sc.EPISODE_LENGTH)
+            episode.length = length if type(length) is int else None
+
+    def _write(self, episode_id: str, *, complete: bool) -> Trajectory:
+        episode = self._open.pop(episode_id)
+        trajectory = build_trajectory(episode.records, episode_id, trusted_scope=self._trusted)
+        if complete and trajectory.status != sc.STATUS_INCOMPLETE:
+            self.counts.complete += 1
+        else:
+            self.counts.incomplete += 1
+        written = self._written_spans
+        for record in episode.records:
+            key = (record.trace_id, record.span_id)
+            del self._owner[key]
+            written[key] = None
+        self._written_episodes[episode_id] = None
+        _forget_oldest(written, _REMEMBERED)
+        _forget_oldest(self._written_episodes, _REMEMBERED)
+        return trajectory
+
+    def _expire_orphans(self, before: int) -> None:
+        since = self._waiting_since
+        while since and since[0][0] < before:
+            _, key = since.popleft()
+            orphans = self._waiting.pop(key, None)
+            if orphans:
+                self.counts.unrelated += len(orphans)
+
+
+def _is_complete(episode: _OpenEpisode) -> bool:
+    if not episode.ended:
+        return False
+    if episode.length is None:
+        return True
+    seen = episode.steps_seen
+    return all(index in seen for index in range(episode.length))
+
+
+def _forget_oldest(remembered: dict, limit: int) -> None:
+    if len(remembered) > limit:
+        for key in list(remembered)[: len(remembered) - limit // 2]:
+            del remembered[key]
+
+
+def assemble(records: Iterable[SpanRecord]) -> list[Trajectory]:
+    """Group records by episode and rebuild each; episodes in order of first appearance.
+
+    Records without ``rl.episode.id`` join the episode of their nearest ancestor that has one
+    (spans from other instrumentations); records that belong to no episode are ignored, and a
+    second record of the same span is ignored.
+    """
+    return list(StreamingAssembler(grace=None, orphan_window=2**62).feed(records))
