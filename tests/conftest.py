@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
 import agenttrace as at
+from agenttrace.cli.main import main
 from agenttrace.sinks import load_trajectories
 from agenttrace.storage import read_otlp_json
 
@@ -22,6 +24,22 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             monkeypatch.delenv(name)
     yield
     at.shutdown()
+
+
+def exported(source: str, out: Path, *options: str) -> list[at.Trajectory]:
+    """``agenttrace export --from source --out out`` run in-process; its trajectories."""
+    code = main(["export", "--from", str(source), "--out", str(out), "--quiet", *options])
+    assert code == 0, f"agenttrace export exited {code}"
+    return load_trajectories(out) if out.suffix != ".parquet" else load_trajectories([out])
+
+
+def assert_same_episodes(live: list[at.Trajectory], rebuilt: list[at.Trajectory]) -> None:
+    """Every live episode rebuilt once and equal to it (order aside)."""
+    by_id = {t.episode_id: t for t in rebuilt}
+    assert len(by_id) == len(rebuilt), "an episode was rebuilt twice"
+    assert {t.episode_id for t in live} == set(by_id)
+    for trajectory in live:
+        assert by_id[trajectory.episode_id] == trajectory, trajectory.episode_id
 
 
 @dataclass

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import assert_same_episodes, exported
 
 import agenttrace as at
 from agenttrace.cli import demo
@@ -159,6 +160,8 @@ def test_demo_trajectories_equal_the_ones_rebuilt_from_spans(tmp_path, capsys):
     assert set(live) == set(offline)
     for episode_id, trajectory in live.items():
         assert trajectory == offline[episode_id], episode_id
+    for name in ("exported.jsonl", "exported.parquet"):
+        assert_same_episodes(list(live.values()), exported(run_dir, tmp_path / name))
 
 
 def test_demo_is_deterministic_given_the_seed(tmp_path, capsys):
@@ -304,7 +307,7 @@ def test_inspect_of_a_spans_file_fails_with_a_hint(tmp_path, capsys):
     code, _, err = run(capsys, "inspect", str(run_dir / "spans.jsonl"))
     assert code == 1
     assert "no trajectory could be read" in err
-    assert "read_otlp_json" in err
+    assert "agenttrace export --from" in err
 
 
 def test_inspect_missing_file_exits_1_naming_it(tmp_path, capsys):

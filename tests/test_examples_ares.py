@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import assert_same_episodes, exported
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -143,9 +144,7 @@ def test_episodes_ran_concurrently_each_in_its_own_trace(run) -> None:
     assert any(overlapping), "an episode started before the one before it ended"
 
 
-def test_rebuild_from_the_span_file_equals_the_live_trajectories(run) -> None:
-    live = {t.episode_id: t for t in run.live()}
-    offline = {t.episode_id: t for t in at.assemble(run.spans())}
-    assert live.keys() == offline.keys()
-    for episode_id, trajectory in live.items():
-        assert offline[episode_id] == trajectory, episode_id
+def test_rebuild_from_the_span_file_equals_the_live_trajectories(run, tmp_path) -> None:
+    assert_same_episodes(run.live(), at.assemble(run.spans()))
+    source = str(run.folder / "spans*.jsonl")
+    assert_same_episodes(run.live(), exported(source, tmp_path / "exported.jsonl"))

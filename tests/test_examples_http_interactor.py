@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import assert_same_episodes, exported
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -271,3 +272,13 @@ def test_the_api_key_is_never_recorded(example_run: ExampleRun) -> None:
     assert files
     for path in files:
         assert API_KEY not in path.read_text(errors="replace"), path
+
+
+def test_export_of_both_processes_span_files_equals_the_offline_rebuild(
+    example_run: ExampleRun, tmp_path: Path
+) -> None:
+    """The files are read one process after the other, so the server's spans of an episode
+    come long after the episode ended: ``--grace all`` holds episodes until the end."""
+    source = str(example_run.out / "*" / "spans*.jsonl")
+    rebuilt = exported(source, tmp_path / "exported.jsonl", "--grace", "all")
+    assert_same_episodes(example_run.offline, rebuilt)

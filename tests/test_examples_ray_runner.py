@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import assert_same_episodes, exported
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -208,10 +209,8 @@ def test_spans_have_the_reference_runners_shape(run) -> None:
         assert calls and all(by_id[s.parent_span_id].name == sc.TIMESTEP for s in calls)
 
 
-def test_rebuild_from_span_files_equals_the_live_trajectories(run) -> None:
-    for folder in run.folders:
-        live = {t.episode_id: t for t in _live(folder)}
-        offline = {t.episode_id: t for t in at.assemble(_spans(folder))}
-        assert live.keys() == offline.keys()
-        for episode_id, trajectory in live.items():
-            assert offline[episode_id] == trajectory, episode_id
+def test_rebuild_from_span_files_equals_the_live_trajectories(run, tmp_path) -> None:
+    for number, folder in enumerate(run.folders):
+        assert_same_episodes(_live(folder), at.assemble(_spans(folder)))
+        exported_file = tmp_path / f"exported-{number}.jsonl"
+        assert_same_episodes(_live(folder), exported(str(folder / "spans*.jsonl"), exported_file))

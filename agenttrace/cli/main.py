@@ -1,4 +1,5 @@
-"""The ``agenttrace`` command: ``demo`` shows the pipeline end to end, ``inspect`` summarizes files.
+"""The ``agenttrace`` command: ``demo`` runs the pipeline end to end, ``export`` rebuilds
+trajectories from stored spans, ``inspect`` summarizes trajectory files.
 
 Exit codes: 0 success; 1 a run or a file problem (missing file, nothing readable, episodes
 lost); 2 bad arguments or settings; 130 interrupted.
@@ -26,6 +27,7 @@ import agenttrace as at
 from agenttrace import config
 from agenttrace._version import __version__
 from agenttrace.cli import demo as demo_task
+from agenttrace.cli import export as export_command
 from agenttrace.cli.summary import render_summary, summarize
 from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
 from agenttrace.sinks.files import safe_filename
@@ -128,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--json", action="store_true", help="print the summary as one JSON object instead"
     )
+    export_command.add_parser(commands)
     return parser
 
 
@@ -147,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return run_demo(args, out, err)
+        if args.command == "export":
+            return export_command.run(args, out, err)
         return run_inspect(args, out, err)
     except config.ConfigError as exc:
         err.print(f"agenttrace {args.command}: error: {escape(str(exc))}")
@@ -348,8 +353,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         if any(Path(error.path).name.startswith("spans") for error in errors.first):
             err.print(
                 "hint: spans*.jsonl files hold OTLP/JSON spans, not trajectories; rebuild "
-                "trajectories from them with "
-                "agenttrace.assemble(agenttrace.storage.read_otlp_json(path))"
+                "trajectories from them with: agenttrace export --from SPANS --out FILE.jsonl"
             )
         return EXIT_FAILURE
     return EXIT_OK

@@ -87,8 +87,74 @@ def arrow_schema() -> pa.Schema:
             ("final_observation", pa.string()),
             ("reset_info", pa.string()),
             ("missing_steps", pa.list_(pa.int64())),
+            ("lossy", pa.map_(pa.string(), pa.string())),
         ]
     )
+
+
+def chat_arrow_schema() -> pa.Schema:
+    """The Arrow schema of a chat row (``agenttrace export --format chat``; docs/cli.md).
+
+    ``messages`` is a list of structs as fine-tuning tools expect; a message's ``content``
+    that is not text (a list of parts) and its ``tool_calls`` are JSON text.
+    """
+    pa, _ = _require_pyarrow()
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("name", pa.string()),
+            ("tool_call_id", pa.string()),
+            ("tool_calls", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("episode_id", pa.string()),
+            ("task_id", pa.string()),
+            ("step", pa.int64()),
+            ("call", pa.int64()),
+            ("model", pa.string()),
+            ("messages", pa.list_(message)),
+            ("tools", pa.string()),
+            ("finish_reasons", pa.list_(pa.string())),
+            ("reward", pa.float64()),
+            ("return", pa.float64()),
+            ("terminated", pa.bool_()),
+            ("truncated", pa.bool_()),
+            ("status", pa.string()),
+            ("lossy", pa.bool_()),
+        ]
+    )
+
+
+def _message_row(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    tool_calls = message.get("tool_calls")
+    return {
+        "role": None if message.get("role") is None else str(message["role"]),
+        "content": content if content is None or isinstance(content, str) else _dump(content),
+        "name": message.get("name"),
+        "tool_call_id": message.get("tool_call_id"),
+        "tool_calls": None if tool_calls is None else _dump(tool_calls),
+    }
+
+
+def chat_rows_to_batch(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """Chat rows (:func:`agenttrace.trajectory.chat.chat_rows`) as one Arrow batch."""
+    import pyarrow as pa
+
+    columns = {
+        "messages": [[_message_row(m) for m in row["messages"]] for row in rows],
+        "tools": [None if row["tools"] is None else _dump(row["tools"]) for row in rows],
+        "reward": [_as_float(row["reward"], "reward") for row in rows],
+        "return": [_as_float(row["return"], "return") for row in rows],
+    }
+    arrays = [
+        pa.array(columns[f.name] if f.name in columns else [row[f.name] for row in rows], f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _as_float(value: Any, what: str) -> float | None:
@@ -164,6 +230,7 @@ def trajectory_to_batch(trajectory: Trajectory, schema: pa.Schema) -> pa.RecordB
         "final_observation": utf8_safe(content_json(trajectory, "final_observation")),
         "reset_info": utf8_safe(content_json(trajectory, "reset_info")),
         "missing_steps": [int(index) for index in trajectory.missing_steps],
+        "lossy": list(trajectory.lossy.items()),
     }
     arrays = [
         steps_array if f.name == "steps" else pa.array([top[f.name]], type=f.type) for f in schema
@@ -188,6 +255,8 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     data["steps"] = steps
     if data.get("attributes") is None:
         data["attributes"] = {}
+    if isinstance(data.get("lossy"), list):  # Arrow maps read back as (key, value) pairs
+        data["lossy"] = dict(data["lossy"])
     return Trajectory.from_dict(data)
 
 

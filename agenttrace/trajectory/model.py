@@ -282,6 +282,8 @@ class Trajectory(_ValueEquality):
     reset_info: Any = _Content()
     #: Step indices known to exist but whose spans never arrived (status is then incomplete).
     missing_steps: list[int] = field(default_factory=list)
+    #: Fields the trace storage cut or lost (field path -> reason); empty when rebuilt whole.
+    lossy: dict[str, str] = field(default_factory=dict)
     schema: str = SCHEMA
 
     @property
@@ -306,6 +308,7 @@ class Trajectory(_ValueEquality):
             "final_observation": _content_data(self, "final_observation"),
             "reset_info": _content_data(self, "reset_info"),
             "missing_steps": list(self.missing_steps),
+            "lossy": dict(self.lossy),
         }
 
     def to_json(self) -> str:
@@ -327,6 +330,7 @@ class Trajectory(_ValueEquality):
                 ("final_observation", content_json(self, "final_observation")),
                 ("reset_info", content_json(self, "reset_info")),
                 ("missing_steps", _dump_json(list(self.missing_steps))),
+                ("lossy", _dump_json(self.lossy) if self.lossy else "{}"),
             ]
         )
 
@@ -359,6 +363,7 @@ class Trajectory(_ValueEquality):
                 final_observation=decode(data["final_observation"]),
                 reset_info=decode(data.get("reset_info")),
                 missing_steps=list(data.get("missing_steps") or ()),
+                lossy=dict(data.get("lossy") or {}),
             )
         except TrajectoryFormatError:
             raise

@@ -41,8 +41,8 @@ class AssemblyCounts:
     """What the grouping saw besides episodes (shown in ``agenttrace export``'s summary)."""
 
     records: int = 0
-    complete: int = 0  # episodes written as soon as they completed
-    incomplete: int = 0  # episodes written at the end, never complete
+    complete: int = 0  # episodes written whole
+    incomplete: int = 0  # episodes written as status incomplete (never ended, or steps missing)
     late: int = 0  # records that arrived after their episode was written
     duplicates: int = 0  # records of a span already seen (same trace and span id)
     unrelated: int = 0  # records that belong to no episode
@@ -105,7 +105,7 @@ class StreamingAssembler:
         while due and due[0][0] <= sequence:
             _, episode_id = due.popleft()
             if episode_id in self._open:
-                done.append(self._write(episode_id, complete=True))
+                done.append(self._write(episode_id))
         if self._waiting_since and self._waiting_since[0][0] < sequence - self._orphan_window:
             self._expire_orphans(sequence - self._orphan_window)
         return done
@@ -122,7 +122,7 @@ class StreamingAssembler:
     def finish(self) -> list[Trajectory]:
         """Write every open episode as it is (incomplete ones marked so), oldest first."""
         left = sorted(self._open.items(), key=lambda item: item[1].order)
-        done = [self._write(episode_id, complete=False) for episode_id, _ in left]
+        done = [self._write(episode_id) for episode_id, _ in left]
         self.counts.unrelated += sum(len(orphans) for orphans in self._waiting.values())
         self._waiting.clear()
         self._waiting_since.clear()
@@ -182,13 +182,13 @@ class StreamingAssembler:
             length = record.attributes.get(sc.EPISODE_LENGTH)
             episode.length = length if type(length) is int else None
 
-    def _write(self, episode_id: str, *, complete: bool) -> Trajectory:
+    def _write(self, episode_id: str) -> Trajectory:
         episode = self._open.pop(episode_id)
         trajectory = build_trajectory(episode.records, episode_id, trusted_scope=self._trusted)
-        if complete and trajectory.status != sc.STATUS_INCOMPLETE:
-            self.counts.complete += 1
-        else:
+        if trajectory.status == sc.STATUS_INCOMPLETE:
             self.counts.incomplete += 1
+        else:
+            self.counts.complete += 1
         written = self._written_spans
         for record in episode.records:
             key = (record.trace_id, record.span_id)

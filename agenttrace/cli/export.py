@@ -1,0 +1,516 @@
+"""``agenttrace export``: trajectories (or chat rows) rebuilt from stored spans, into one file.
+
+The pipeline, each stage streaming:
+
+    source (files or a backend, storage.sources)
+      -> span records (one bad span or line is reported and skipped)
+      -> content restored (blob references resolved; cut content flagged lossy)
+      -> StreamingAssembler (an episode comes out as soon as it is complete)
+      -> filters (service, time window, episode ids, status, return range)
+      -> rows (trajectory or chat) -> SingleFileWriter (renamed into place at the end)
+
+Memory is bounded by the episodes open at one time, not by the size of the input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import SERVICE_NAME
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from agenttrace import semconv as sc
+from agenttrace.sinks.single_file import SingleFileWriter, output_kind
+from agenttrace.storage.http import BackendError, parse_headers
+from agenttrace.storage.otlp_json import SpanFormatError
+from agenttrace.storage.sources import SourceError, SourceOptions, open_source
+from agenttrace.trajectory.chat import chat_rows
+from agenttrace.trajectory.codec import encode
+from agenttrace.trajectory.model import Trajectory
+from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.stream import StreamingAssembler
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+SHOWN_ERRORS = 5
+FORMATS = ("trajectory", "chat")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "export",
+        help="rebuild trajectories from stored spans (files, Jaeger, Tempo, Phoenix)",
+        description="Read spans from span files or a trace backend, rebuild each episode "
+        "with the same assembler the live pipeline uses, and write one .jsonl or .parquet "
+        "file. Episodes are written as soon as they are complete; those that never complete "
+        "are written at the end with status 'incomplete'.",
+        epilog="SOURCE: a span file, folder or glob (OTLP/JSON lines, gzip, or the "
+        "Collector's length-prefixed protobuf); jaeger+http://HOST:16686 (add ?api=v1 for "
+        "the old API); tempo+http://HOST:3200; phoenix+http://HOST:6006/PROJECT. Backend "
+        "auth: --header or AGENTTRACE_EXPORT_HEADERS / AGENTTRACE_EXPORT_TOKEN. "
+        "Exit status: 0 done; 1 the source could not be read, or nothing could be rebuilt "
+        "from it; 2 bad arguments; 130 interrupted (no output file is left behind).",
+    )
+    parser.add_argument("--from", dest="source", required=True, metavar="SOURCE")
+    parser.add_argument(
+        "--out", required=True, metavar="FILE", help="output file: *.jsonl, *.jsonl.gz, *.parquet"
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="trajectory",
+        help="trajectory: one agenttrace trajectory per line/row (default); chat: one row per "
+        "model call, OpenAI-style messages with reward columns, for fine-tuning",
+    )
+    parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    narrow = parser.add_argument_group("which episodes")
+    narrow.add_argument("--service", metavar="NAME", help="service.name of the episode span")
+    narrow.add_argument(
+        "--since",
+        type=_moment,
+        metavar="TIME",
+        help="episodes starting at or after TIME: ISO 8601 (2026-11-21T10:00:00Z) or an age "
+        "such as 90m, 6h, 2d",
+    )
+    narrow.add_argument("--until", type=_moment, metavar="TIME", help="episodes starting before")
+    narrow.add_argument(
+        "--episode",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only this episode id (repeat the option, or @FILE with one id per line)",
+    )
+    narrow.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        metavar="STATUS",
+        help="only episodes with this status (repeatable, or comma-separated): "
+        + ", ".join(sc.EPISODE_STATUSES),
+    )
+    narrow.add_argument("--min-return", type=float, metavar="X", help="return >= X")
+    narrow.add_argument("--max-return", type=float, metavar="X", help="return <= X")
+    backend = parser.add_argument_group("backends")
+    backend.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="HTTP header for the backend (repeatable); never printed",
+    )
+    backend.add_argument("--query", metavar="TRACEQL", help="Tempo: search with this TraceQL")
+    backend.add_argument(
+        "--limit",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="traces per backend search (default: 1000)",
+    )
+    backend.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S", help="seconds per request"
+    )
+    parser.add_argument(
+        "--blob-store",
+        metavar="URL",
+        default=os.environ.get("AGENTTRACE_BLOB_STORE"),
+        help="where content replaced by references was put (default: $AGENTTRACE_BLOB_STORE)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=_grace,
+        default=1000,
+        metavar="N",
+        help="spans to read after an episode looks complete before writing it, so spans "
+        "other processes stored a little later still join it (default: 1000); 'all' writes "
+        "every episode at the end (for per-process span files read one after the other; "
+        "memory then grows with the input)",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress, no summary")
+    return parser
+
+
+# --- arguments --------------------------------------------------------------------------------
+
+
+def _moment(text: str) -> _dt.datetime:
+    """ISO 8601 (UTC unless it says otherwise) or an age before now (``90m``, ``2d``)."""
+    match = _DURATION.fullmatch(text.strip())
+    if match:
+        seconds = float(match[1]) * _SECONDS[match[2]]
+        return _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(seconds=seconds)
+    try:
+        moment = _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO 8601 time nor an age like 90m, 6h, 2d"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=_dt.timezone.utc)
+
+
+def _grace(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of spans or 'all', got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _episode_ids(values: list[str]) -> set[str]:
+    ids: set[str] = set()
+    for value in values:
+        if value.startswith("@"):
+            with open(value[1:], encoding="utf-8") as handle:
+                ids.update(line.strip() for line in handle if line.strip())
+        else:
+            ids.add(value)
+    return ids
+
+
+def _statuses(values: list[str]) -> set[str]:
+    statuses = {s.strip() for value in values for s in value.split(",") if s.strip()}
+    unknown = statuses - set(sc.EPISODE_STATUSES)
+    if unknown:
+        raise ValueError(
+            f"unknown status {', '.join(sorted(unknown))}: choose from "
+            + ", ".join(sc.EPISODE_STATUSES)
+        )
+    return statuses
+
+
+def _nanos(moment: _dt.datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1_000_000_000)
+
+
+# --- which episodes ---------------------------------------------------------------------------
+
+
+@dataclass
+class EpisodeFilter:
+    """The episode-level filters; :meth:`reason` says why one is left out (None: kept)."""
+
+    service: str | None = None
+    since: int | None = None  # ns
+    until: int | None = None
+    episode_ids: set[str] = field(default_factory=set)
+    statuses: set[str] = field(default_factory=set)
+    min_return: float | None = None
+    max_return: float | None = None
+
+    def reason(self, trajectory: Trajectory, service: str | None) -> str | None:
+        if self.episode_ids and trajectory.episode_id not in self.episode_ids:
+            return "episode id"
+        if self.service is not None and service != self.service:
+            return "service"
+        start = trajectory.start_time
+        if self.since is not None and (start is None or start < self.since):
+            return "time window"
+        if self.until is not None and (start is None or start >= self.until):
+            return "time window"
+        if self.statuses and trajectory.status not in self.statuses:
+            return "status"
+        if self.min_return is not None and not trajectory.return_ >= self.min_return:
+            return "return"
+        if self.max_return is not None and not trajectory.return_ <= self.max_return:
+            return "return"
+        return None
+
+
+class _EpisodeServices:
+    """Remembers the service.name of each episode span passing by (episode-level filter)."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, str | None] = {}
+
+    def watch(self, records: Iterable[SpanRecord]) -> Iterator[SpanRecord]:
+        services = self.services
+        for record in records:
+            if record.name == sc.EPISODE:
+                episode_id = record.attributes.get(sc.EPISODE_ID)
+                if episode_id is not None:
+                    service = record.resource.get(SERVICE_NAME)
+                    services[str(episode_id)] = None if service is None else str(service)
+            yield record
+
+    def pop(self, episode_id: str) -> str | None:
+        return self.services.pop(episode_id, None)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportReport:
+    """What an export did, for the closing summary (and tests)."""
+
+    source: str = ""
+    spans: int = 0
+    bad_records: int = 0
+    first_errors: list[str] = field(default_factory=list)
+    written: Counter = field(default_factory=Counter)  # status -> episodes written
+    rows: int = 0
+    lossy: int = 0
+    filtered: Counter = field(default_factory=Counter)  # reason -> episodes left out
+    without_llm_calls: int = 0  # chat format: episodes that gave no rows
+    counts: Any = None  # AssemblyCounts
+    seconds: float = 0.0
+
+    def bad(self, error: SpanFormatError) -> None:
+        self.bad_records += 1
+        if len(self.first_errors) < SHOWN_ERRORS:
+            self.first_errors.append(str(error))
+
+
+def run(args: argparse.Namespace, out: Console, err: Console) -> int:
+    """``agenttrace export``; returns the exit code."""
+    try:
+        kind = output_kind(args.out)
+        episode_filter = EpisodeFilter(
+            service=args.service,
+            since=_nanos(args.since),
+            until=_nanos(args.until),
+            episode_ids=_episode_ids(args.episode),
+            statuses=_statuses(args.status),
+            min_return=args.min_return,
+            max_return=args.max_return,
+        )
+        headers: dict[str, str] = {}
+        for header in args.header:
+            headers.update(parse_headers(header))
+    except (ValueError, OSError) as exc:
+        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        return EXIT_USAGE
+    if args.limit < 1 or args.timeout <= 0:
+        err.print("agenttrace export: error: --limit must be >= 1 and --timeout > 0")
+        return EXIT_USAGE
+    target = Path(args.out)
+    if target.exists() and not args.force:
+        err.print(
+            f"agenttrace export: error: {escape(str(target))} exists; use --force to replace it"
+        )
+        return EXIT_USAGE
+
+    report = ExportReport()
+    options = SourceOptions(
+        service=args.service,
+        start=args.since,
+        end=args.until,
+        headers=headers,
+        limit=args.limit,
+        timeout=args.timeout,
+        query=args.query,
+        on_error=report.bad,
+    )
+    try:
+        source = open_source(args.source, options)
+        restore = _content_restorer(args.blob_store)
+    except (SourceError, ValueError) as exc:
+        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        return EXIT_USAGE
+    except FileNotFoundError as exc:
+        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        return EXIT_FAILURE
+    except ImportError as exc:
+        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        return EXIT_FAILURE
+    report.source = source.description
+
+    try:
+        writer = SingleFileWriter(
+            target, schema=_schema(args.format) if kind == "parquet" else None
+        )
+    except (ImportError, OSError) as exc:
+        err.print(f"agenttrace export: error: cannot write {escape(str(target))}: {exc}")
+        return EXIT_FAILURE
+    emit = _emitter(args.format, kind, writer, report)
+    started = time.perf_counter()
+    assembler = StreamingAssembler(grace=args.grace)
+    report.counts = assembler.counts
+    services = _EpisodeServices()
+    progress = _progress(err, disabled=args.quiet)
+    task = progress.add_task("reading", total=None)
+    try:
+        with progress:
+
+            def tick() -> None:
+                progress.update(task, description=_progress_text(report, assembler))
+
+            records = restore(services.watch(_counted(source.records(), report, tick)))
+            for trajectory in assembler.feed(records):
+                reason = episode_filter.reason(trajectory, services.pop(trajectory.episode_id))
+                if reason is not None:
+                    report.filtered[reason] += 1
+                else:
+                    emit(trajectory)
+                progress.update(task, description=_progress_text(report, assembler))
+    except KeyboardInterrupt:
+        writer.discard()
+        err.print("agenttrace export: interrupted; no output file written")
+        return EXIT_INTERRUPTED
+    except BackendError as exc:
+        writer.discard()
+        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        return EXIT_FAILURE
+    except BaseException:
+        writer.discard()
+        raise
+    path = writer.close()
+    report.seconds = time.perf_counter() - started
+    if not args.quiet:
+        _print_summary(report, path, args.format, out, err)
+    nothing = sum(report.written.values()) == 0 and not report.filtered
+    return EXIT_FAILURE if nothing and report.bad_records else EXIT_OK
+
+
+def _counted(
+    records: Iterator[SpanRecord], report: ExportReport, tick: Any
+) -> Iterator[SpanRecord]:
+    """The records, counted; ``tick()`` every few thousand for the progress line."""
+    for record in records:
+        report.spans += 1
+        if not report.spans & 0xFFF:
+            tick()
+        yield record
+
+
+def _content_restorer(blob_store: str | None) -> Any:
+    """Blob references resolved and cut content flagged (storage.content), when available."""
+    try:
+        from agenttrace.storage.blobs import open_blob_store
+        from agenttrace.storage.content import restore_content
+    except ImportError:  # the content policy module is not part of this build
+        return lambda records: records
+    store = open_blob_store(blob_store) if blob_store else None
+    return lambda records: restore_content(records, store)
+
+
+def _schema(fmt: str) -> Any:
+    from agenttrace.sinks.parquet import arrow_schema, chat_arrow_schema
+
+    return chat_arrow_schema() if fmt == "chat" else arrow_schema()
+
+
+def _emitter(fmt: str, kind: str, writer: SingleFileWriter, report: ExportReport) -> Any:
+    """The function that writes one kept trajectory in the chosen format."""
+    if kind == "parquet":
+        from agenttrace.sinks.parquet import (
+            arrow_schema,
+            chat_arrow_schema,
+            chat_rows_to_batch,
+            trajectory_to_batch,
+        )
+
+        schema = chat_arrow_schema() if fmt == "chat" else arrow_schema()
+    dump = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+    def emit(trajectory: Trajectory) -> None:
+        report.written[trajectory.status] += 1
+        if trajectory.lossy:
+            report.lossy += 1
+        if fmt == "trajectory":
+            if kind == "parquet":
+                writer.write_batch(trajectory_to_batch(trajectory, schema))
+            else:
+                writer.write_line(trajectory.to_json())
+            report.rows += 1
+            return
+        rows = chat_rows(trajectory)
+        if not rows:
+            report.without_llm_calls += 1
+            return
+        if kind == "parquet":
+            writer.write_batch(chat_rows_to_batch(rows, schema))
+        else:
+            for row in rows:
+                writer.write_line(dump(encode(row)))
+        report.rows += len(rows)
+
+    return emit
+
+
+# --- feedback ---------------------------------------------------------------------------------
+
+
+def _progress(err: Console, *, disabled: bool) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=disabled or not err.is_terminal,
+    )
+
+
+def _progress_text(report: ExportReport, assembler: StreamingAssembler) -> str:
+    return (
+        f"{report.spans:,} spans read, {sum(report.written.values()):,} episodes written, "
+        f"{assembler.open_episodes:,} open"
+        + (f", {report.bad_records:,} bad" if report.bad_records else "")
+    )
+
+
+def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err: Console) -> None:
+    counts = report.counts
+    episodes = sum(report.written.values())
+    rate = report.spans / max(report.seconds, 1e-9)
+    out.print(f"agenttrace export: from {escape(report.source)}")
+    out.print(
+        f"read {report.spans:,} spans in {report.seconds:.1f} s ({rate:,.0f} spans/s); "
+        f"wrote {episodes:,} episodes"
+        + (f" as {report.rows:,} chat rows" if fmt == "chat" else "")
+        + f" to {escape(str(path))}"
+    )
+    if report.written:
+        statuses = ", ".join(f"{status} {n:,}" for status, n in sorted(report.written.items()))
+        out.print(f"  by status: {statuses}")
+    if counts.incomplete:
+        out.print(
+            f"  {counts.incomplete:,} episodes never completed in the source and were written "
+            "as they are (status incomplete)"
+        )
+    if report.lossy:
+        out.print(
+            f"  [bold yellow]{report.lossy:,} lossy[/]: the storage cut or lost some of their "
+            "content; each trajectory's 'lossy' field says which"
+        )
+    if report.filtered:
+        left = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.filtered.items()))
+        out.print(f"  left out by filters: {left}")
+    if report.without_llm_calls:
+        out.print(f"  {report.without_llm_calls:,} episodes had no model calls (no chat rows)")
+    for label, value in (
+        ("spans of no episode (other services or unrelated traces)", counts.unrelated),
+        ("duplicate spans ignored", counts.duplicates),
+        ("spans arrived after their episode was written (raise --grace)", counts.late),
+    ):
+        if value:
+            out.print(f"  {value:,} {label}")
+    if report.bad_records:
+        err.print(
+            f"[bold]{report.bad_records:,} unreadable record"
+            f"{'s' if report.bad_records != 1 else ''} skipped[/]"
+            + (f" (first {SHOWN_ERRORS} shown)" if report.bad_records > SHOWN_ERRORS else "")
+            + ":"
+        )
+        for error in report.first_errors:
+            err.print(f"  {escape(error)}")
+    if not episodes and not report.filtered:
+        out.print("no episodes found in the source")

@@ -1,0 +1,202 @@
+"""One ``--from`` string -> the reader for it: span files or a trace backend.
+
+``agenttrace export`` (and anyone scripting the same) names where spans are with one string:
+
+===========================================  ==================================================
+``spans/`` ``spans.jsonl`` ``'run*/spans*'``  span files: OTLP/JSON lines (gzip too) or the
+                                             Collector's length-prefixed protobuf, told apart
+                                             by their first bytes
+``jaeger+http://host:16686``                  Jaeger query API v3 (``?api=v1`` for the old one)
+``tempo+http://host:3200``                    Tempo (TraceQL search, then each trace)
+``phoenix+http://host:6006/PROJECT``          Phoenix project ``PROJECT``
+===========================================  ==================================================
+
+``+https`` works for each backend. Service and time window are passed down to the backend's
+search, so only matching traces are fetched; files are read whole and filtered afterwards.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from agenttrace.storage.otlp_json import ErrorHandler, read_otlp_json, warn
+from agenttrace.storage.otlp_json import _file_order as file_order
+from agenttrace.trajectory.records import SpanRecord
+
+BACKEND_SCHEMES = ("jaeger", "tempo", "phoenix")
+_SPAN_FILE = re.compile(r"[^.].*\.(json|jsonl|ndjson|pb|proto|bin)(\.gz|\.zst)?", re.IGNORECASE)
+
+
+class SourceError(ValueError):
+    """A ``--from`` string that names no readable source (the message shows the forms)."""
+
+
+@dataclass
+class SourceOptions:
+    """What narrows a search, and how to reach a backend (files use only ``on_error``)."""
+
+    service: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    token: str | None = None
+    timeout: float = 30.0
+    limit: int = 1000  # traces per backend search
+    query: str | None = None  # Tempo: TraceQL instead of the default episode query
+    on_error: ErrorHandler = warn
+
+
+@dataclass
+class SpanSource:
+    """A resolved source: what to call it in messages, and its records (read lazily)."""
+
+    description: str
+    open: Callable[[], Iterator[SpanRecord]]
+    #: Files it reads (empty for backends), for progress and the summary.
+    files: list[Path] = field(default_factory=list)
+
+    def records(self) -> Iterator[SpanRecord]:
+        return self.open()
+
+
+def open_source(text: str, options: SourceOptions | None = None) -> SpanSource:
+    """The source ``text`` names; raises SourceError (bad form) or FileNotFoundError."""
+    options = options or SourceOptions()
+    scheme, plus, rest = text.partition("+")
+    if plus and scheme.lower() in BACKEND_SCHEMES:
+        return _backend(scheme.lower(), rest, options)
+    if "://" in text and not text.lower().startswith("file://"):
+        raise SourceError(
+            f"unknown source {text!r}: use a path or glob of span files, "
+            "jaeger+http://HOST:16686, tempo+http://HOST:3200 or "
+            "phoenix+http://HOST:6006/PROJECT"
+        )
+    if text.lower().startswith("file://"):
+        text = urllib.parse.unquote(urllib.parse.urlsplit(text).path)
+    return _files(text, options)
+
+
+def span_files(text: str) -> list[Path]:
+    """The files a path, folder or glob names, in rotation order (FileNotFoundError if none).
+
+    A folder gives its span files: OTLP/JSON (``.json``, ``.jsonl``, ``.ndjson``) and the
+    Collector's protobuf (``.pb``, ``.proto``, ``.bin``), each optionally ``.gz``/``.zst``.
+    """
+    path = Path(text)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = _folder_files(path)
+        if not files:
+            raise FileNotFoundError(f"no span files in folder {path}")
+        return files
+    if any(c in text for c in "*?["):
+        found: list[Path] = []
+        for match in sorted(glob.glob(text, recursive=True)):
+            found.extend(_folder_files(Path(match)) if os.path.isdir(match) else [Path(match)])
+        if not found:
+            raise FileNotFoundError(f"no span files match {text!r}")
+        return sorted(dict.fromkeys(found), key=file_order)
+    raise FileNotFoundError(f"no such span file or folder: {text}")
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    files = (p for p in folder.iterdir() if _SPAN_FILE.fullmatch(p.name) and p.is_file())
+    return sorted(files, key=file_order)
+
+
+def _files(text: str, options: SourceOptions) -> SpanSource:
+    from agenttrace.storage import otlp_proto
+
+    paths = span_files(text)
+    report = options.on_error
+
+    def records() -> Iterator[SpanRecord]:
+        for path in paths:
+            with open(path, "rb") as stream:
+                head = stream.read(8)
+            if otlp_proto.is_length_prefixed(head):
+                yield from otlp_proto.read_otlp_proto(path, on_error=report)
+            else:
+                yield from read_otlp_json(path, on_error=report)
+
+    count = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
+    return SpanSource(f"{text} ({count})", records, files=list(paths))
+
+
+def _backend(scheme: str, url: str, options: SourceOptions) -> SpanSource:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SourceError(
+            f"{scheme}+{url!r}: expected {scheme}+http://HOST:PORT (or +https)"
+            + ("/PROJECT" if scheme == "phoenix" else "")
+        )
+    params = dict(urllib.parse.parse_qsl(parts.query))
+    path = parts.path.rstrip("/")
+    common: dict[str, Any] = {
+        "headers": options.headers,
+        "token": options.token,
+        "timeout": options.timeout,
+        "on_error": options.on_error,
+    }
+    if scheme == "phoenix":
+        prefix, _, project = path.rpartition("/")
+        if not project:
+            raise SourceError(
+                f"phoenix+{url!r} names no project: use phoenix+http://HOST:6006/PROJECT"
+            )
+        from agenttrace.storage.phoenix import PhoenixReader
+
+        base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, prefix, "", ""))
+        reader: Any = PhoenixReader(
+            base,
+            urllib.parse.unquote(project),
+            start=options.start,
+            end=options.end,
+            **common,
+        )
+        return SpanSource(f"Phoenix project {project!r} at {base}", reader.records)
+    base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    if scheme == "jaeger":
+        from agenttrace.storage.jaeger import JaegerReader
+
+        api = params.get("api", "v3")
+        if api not in ("v3", "v1"):
+            raise SourceError(f"jaeger source: api must be v3 or v1, got {api!r}")
+        if not options.service:
+            raise SourceError("reading from Jaeger needs --service (Jaeger searches by service)")
+        reader = JaegerReader(
+            base,
+            api=api,
+            service=options.service,
+            start=options.start,
+            end=options.end,
+            limit=options.limit,
+            **common,
+        )
+        return SpanSource(f"Jaeger ({api}) at {base}, service {options.service!r}", reader.records)
+    from agenttrace.storage.tempo import TempoReader
+
+    reader = TempoReader(
+        base,
+        query=options.query,
+        service=options.service,
+        start=options.start,
+        end=options.end,
+        limit=options.limit,
+        **common,
+    )
+    return SpanSource(f"Tempo at {base}, query {reader.query}", reader.records)
+
+
+def is_backend(text: str) -> bool:
+    scheme, plus, _ = text.partition("+")
+    return bool(plus) and scheme.lower() in BACKEND_SCHEMES
