@@ -196,8 +196,14 @@ def _statuses(values: list[str]) -> set[str]:
     return statuses
 
 
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
 def _nanos(moment: _dt.datetime | None) -> int | None:
-    return None if moment is None else int(moment.timestamp() * 1_000_000_000)
+    """Unix nanoseconds, exactly (a float timestamp would round at this magnitude)."""
+    if moment is None:
+        return None
+    return (moment - _EPOCH) // _dt.timedelta(microseconds=1) * 1000
 
 
 # --- which episodes ---------------------------------------------------------------------------
