@@ -599,7 +599,7 @@ def test_binary_file_is_one_error(tmp_path: Path) -> None:
     path.write_bytes(b"\x00\x00\x01\x2a" + os.urandom(300) + b"\n" + os.urandom(300))
     errors, on_error = collect_errors()
     assert list(read_otlp_json(path, on_error=on_error)) == []
-    assert len(errors) == 1 and "format: json" in str(errors[0])
+    assert len(errors) == 1 and "read_otlp_proto" in str(errors[0])
 
 
 def test_sources_directory_glob_list_and_missing(tmp_path: Path) -> None:

@@ -948,6 +948,7 @@ def _line_records(
 _SPAN_FILE = re.compile(r"[^.].*\.(json|jsonl|ndjson)(\.gz)?", re.IGNORECASE)
 _ROTATED = re.compile(r"(.+?)(?:-(\d+))?((?:\.[A-Za-z0-9]+)*)")
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _file_order(path: Path) -> tuple[str, str, int, str]:
@@ -1030,15 +1031,15 @@ def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterato
         try:
             if compressed:
                 stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
-            head = stream.peek(1)[:1] if hasattr(stream, "peek") else b""
+            head = stream.peek(4)[:4] if hasattr(stream, "peek") else b""
         except (OSError, EOFError, zlib.error) as error:
             report(SpanFormatError("unreadable gzip file: %s" % error, source=name))
             return
-        if head and head not in b"{[ \t\r\n\xef":
+        if _is_binary(head):
             report(
                 SpanFormatError(
-                    "not OTLP/JSON lines (starts with byte %r); the Collector's file exporter "
-                    "must use `format: json` without compression" % head,
+                    "not OTLP/JSON lines (starts with bytes %r): the Collector's length-prefixed "
+                    "format (`format: proto` or compression) is read by read_otlp_proto" % head,
                     source=name,
                 )
             )
@@ -1052,6 +1053,17 @@ def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterato
             yield from _line_records(text, 1, name, report, last=False)
             return
         yield from iter_records(_chain(first, lines), source=name, on_error=report)
+
+
+def _is_binary(head: bytes) -> bool:
+    """Whether a file's first bytes are binary (a length prefix, zstd), not text lines.
+
+    Only that is refused as a whole; text that is not JSON is reported line by line, so one
+    bad first line does not cost the rest of the file.
+    """
+    if head[:4] == _ZSTD_MAGIC:
+        return True
+    return bool(head) and head[0] < 0x20 and head[:1] not in b"\t\r\n"
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

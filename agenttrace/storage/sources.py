@@ -122,7 +122,7 @@ def _files(text: str, options: SourceOptions) -> SpanSource:
     def records() -> Iterator[SpanRecord]:
         for path in paths:
             with open(path, "rb") as stream:
-                head = stream.read(8)
+                head = stream.read(16)
             if otlp_proto.is_length_prefixed(head):
                 yield from otlp_proto.read_otlp_proto(path, on_error=report)
             else:
