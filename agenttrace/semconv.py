@@ -162,3 +162,19 @@ TRAJECTORY_EVENT_NAME = "rl.trajectory"
 def llm_span_name(model: str | None, operation: str = GEN_AI_OPERATION_CHAT) -> str:
     """GenAI span name: ``{operation} {model}``, or just the operation when model is unknown."""
     return f"{operation} {model}" if model else operation
+
+
+# --- export content policy (docs/export-content.md) ---------------------------------------
+# Set by ContentPolicyExporter on spans (and span events) it changed on their way to an
+# exporter; never on the spans the trajectory processor sees. Each is a string array of the
+# attribute keys concerned. Readers (agenttrace export) turn them into SpanRecord.lossy
+# entries, resolve blob references, and drop the markers, so trajectories never carry them.
+#: Agenttrace's own content attributes (JSON text); GEN_AI_CONTENT_ATTRIBUTES are the others.
+RL_CONTENT_ATTRIBUTES = frozenset({OBSERVATION, ACTION, INFO})
+#: Keys whose values were cut to the export limit (still valid JSON when they were JSON).
+CONTENT_TRUNCATED = "agenttrace.content.truncated"
+#: Keys whose values were removed (the ``none`` export policy).
+CONTENT_REMOVED = "agenttrace.content.removed"
+#: Keys whose values were replaced by a blob reference ``{"$blob": {"ref", "size"}}``.
+CONTENT_BLOBS = "agenttrace.content.blobs"
+CONTENT_MARKERS = (CONTENT_TRUNCATED, CONTENT_REMOVED, CONTENT_BLOBS)
