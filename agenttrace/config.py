@@ -67,6 +67,10 @@ class Setting:
 SINK_CHOICES = ("jsonl", "parquet", "jsondir", "otlp")
 SPAN_EXPORT_CHOICES = ("file", "otlp", "none")
 CONTENT_CHOICES = ("full", "none")
+EXPORT_CONTENT_CHOICES = ("full", "truncate", "ref", "none")
+#: The export content limit's default and minimum (agenttrace.processing.span_content).
+EXPORT_MAX_BYTES_DEFAULT = 2000
+EXPORT_MAX_BYTES_MIN = 64
 WRITER_CHOICES = ("auto", "process", "thread")
 PROPAGATE_CHOICES = ("threads", "httpx", "aiohttp")
 
@@ -117,6 +121,34 @@ SETTINGS: tuple[Setting, ...] = (
         "Content policy for observations, actions, info and LLM messages in spans: "
         "full or none (rewards and termination are always recorded).",
         CONTENT_CHOICES,
+    ),
+    Setting(
+        "export_content",
+        "AGENTTRACE_EXPORT_CONTENT",
+        str,
+        "truncate",
+        "Content policy for spans sent to a tracing backend (trajectories and spans.jsonl "
+        "always keep full content): truncate (values over export_max_bytes cut to still-valid "
+        "JSON), full, ref (values over the limit go to blob_store and the span carries a "
+        "reference) or none (content left out). Flagged on the span; docs/export-content.md.",
+        EXPORT_CONTENT_CHOICES,
+    ),
+    Setting(
+        "export_max_bytes",
+        "AGENTTRACE_EXPORT_MAX_BYTES",
+        _positive(int),
+        EXPORT_MAX_BYTES_DEFAULT,
+        "Largest content value (UTF-8 bytes) exported inline under truncate and ref, at "
+        f"least {EXPORT_MAX_BYTES_MIN}. The default stays under Grafana Tempo's 2048-byte "
+        "attribute limit.",
+    ),
+    Setting(
+        "blob_store",
+        "AGENTTRACE_BLOB_STORE",
+        str,
+        None,
+        "Folder or URL (file://, or any fsspec URL such as s3://bucket/blobs; needs "
+        "pip install fsspec) of the content-addressed store for export_content=ref.",
     ),
     Setting(
         "redact",
@@ -232,6 +264,9 @@ class Settings:
     sinks: tuple[str, ...]
     spans: tuple[str, ...] | None
     content: str
+    export_content: str
+    export_max_bytes: int
+    blob_store: str | None
     redact: Callable[[str, Any], Any] | None
     service_name: str | None
     max_open_episodes: int
@@ -261,7 +296,21 @@ def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settin
             value = _from_environment(setting, environ)
         values[setting.name] = value
     assert {f.name for f in fields(Settings)} == set(values)
+    _check_export_content(values)
     return Settings(**values)
+
+
+def _check_export_content(values: dict[str, Any]) -> None:
+    if values["export_max_bytes"] < EXPORT_MAX_BYTES_MIN:
+        raise ConfigError(
+            f"export_max_bytes={values['export_max_bytes']!r} (AGENTTRACE_EXPORT_MAX_BYTES): "
+            f"must be at least {EXPORT_MAX_BYTES_MIN}"
+        )
+    if values["export_content"] == "ref" and not (values["blob_store"] or "").strip():
+        raise ConfigError(
+            "export_content='ref' (AGENTTRACE_EXPORT_CONTENT) needs a blob store: set "
+            "blob_store / AGENTTRACE_BLOB_STORE to a folder or URL"
+        )
 
 
 def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:

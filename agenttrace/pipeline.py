@@ -25,6 +25,7 @@ from agenttrace import config
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
+from agenttrace.processing.span_content import ContentPolicyExporter
 from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.processing.writer import EpisodeWriter, SinkSpec, WriterSpec
@@ -32,6 +33,7 @@ from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.callback import as_sink
 from agenttrace.sinks.files import safe_filename
+from agenttrace.storage.blobs import open_blob_store
 from agenttrace.trajectory.model import Trajectory
 
 logger = logging.getLogger("agenttrace")
@@ -69,6 +71,8 @@ class AgentTrace:
             targets = ("file",)
             if self.owns_provider and any(os.environ.get(v) for v in _OTLP_ENDPOINT_VARS):
                 targets = ("file", "otlp")
+        # The export content policy wraps only the backend exporter: spans.jsonl stays whole.
+        export_policy = _export_policy(settings) if "otlp" in targets else None
         spec = WriterSpec(
             sinks=tuple(self._sink_specs()),
             span_file=self._span_file_options() if "file" in targets else None,
@@ -89,8 +93,9 @@ class AgentTrace:
         )
         self.provider.add_span_processor(self.trajectory_processor)
         if "otlp" in targets:
+            exporter = _otlp_span_exporter()
             processor = LosslessSpanProcessor(
-                _otlp_span_exporter(),
+                export_policy(exporter) if export_policy is not None else exporter,
                 max_queue=settings.queue_size,
                 block_timeout=settings.block_timeout,
             )
@@ -176,6 +181,11 @@ class AgentTrace:
         )
         stats["spans_export_failed"] = sum(p.failed for p in self.span_processors)
         stats["spans_exported"] = sum(p.exported for p in self.span_processors)
+        policies = [p.exporter for p in self.span_processors]
+        policies = [e for e in policies if isinstance(e, ContentPolicyExporter)]
+        stats["export_content_truncated"] = sum(e.truncated for e in policies)
+        stats["export_content_blobs"] = sum(e.blobs for e in policies)
+        stats["export_content_blob_failures"] = sum(e.blob_failures for e in policies)
         return stats
 
 
@@ -240,6 +250,29 @@ def _choose_provider(
     service = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or "agenttrace"
     resource = Resource.create({"service.name": service})
     return TracerProvider(resource=resource, shutdown_on_exit=False), True
+
+
+def _export_policy(settings: config.Settings) -> Callable[[Any], Any] | None:
+    """What wraps the backend span exporter (None for full content); the blob store is
+    opened here, before any processor is added, so a bad one fails configure() cleanly."""
+    policy = settings.export_content
+    if policy == "full":
+        return None
+    store = None
+    if policy == "ref":
+        try:
+            store = open_blob_store(settings.blob_store or "")
+        except Exception as exc:
+            raise config.ConfigError(
+                f"blob_store={settings.blob_store!r} (AGENTTRACE_BLOB_STORE): {exc}"
+            ) from exc
+
+    def wrap(exporter: Any) -> ContentPolicyExporter:
+        return ContentPolicyExporter(
+            exporter, policy, max_bytes=settings.export_max_bytes, blob_store=store
+        )
+
+    return wrap
 
 
 def _otlp_span_exporter() -> Any:
