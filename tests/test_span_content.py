@@ -198,6 +198,7 @@ def test_truncate_policy_cuts_to_valid_json_and_export_flags_the_keys(tmp_path) 
     for old, new in zip(live, rebuilt, strict=True):
         assert [s.reward for s in new.steps] == [s.reward for s in old.steps]
         assert [s.terminated for s in new.steps] == [s.terminated for s in old.steps]
+        assert [s.observation for s in new.steps] == [s.observation for s in old.steps]
 
 
 def test_none_policy_removes_content_and_export_flags_it(tmp_path) -> None:
@@ -553,3 +554,32 @@ def test_text_with_lone_surrogates_and_deep_nesting_stays_valid() -> None:
     deep = "[" * 50_000 + "]" * 50_000
     out, cut = truncate_json_text(deep, 100)
     assert cut and json.loads(out) == {"$truncated": {"size": 100_000}}
+
+
+def test_spans_reaching_a_real_otlp_endpoint_are_cut_while_spans_jsonl_stays_whole(
+    tmp_path, monkeypatch
+) -> None:
+    from test_span_export import _Collector
+
+    collector = _Collector()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
+        runtime = at.configure(out=str(tmp_path), export_max_bytes=256)
+        with at.episode(), at.env_reset() as reset:
+            reset.record(observation=list(range(500)), info={"note": "small"})
+        runtime.shutdown()
+    finally:
+        collector.stop()
+    [received] = [s for s in collector.spans if s.name == sc.ENV_RESET]
+    attributes = {a.key: a.value for a in received.attributes}
+    cut = attributes[sc.OBSERVATION].string_value
+    assert len(cut.encode()) <= 256 and json.loads(cut) == list(range(len(json.loads(cut))))
+    assert [v.string_value for v in attributes[sc.CONTENT_TRUNCATED].array_value.values] == [
+        sc.OBSERVATION
+    ]
+    assert attributes[sc.INFO].string_value == '{"note":"small"}'
+    [in_file] = [r for r in read_otlp_json(runtime.span_paths) if r.name == sc.ENV_RESET]
+    assert json.loads(in_file.attributes[sc.OBSERVATION]) == list(range(500))
+    assert sc.CONTENT_TRUNCATED not in in_file.attributes
+    assert runtime.stats()["export_content_truncated"] == 1
