@@ -26,7 +26,12 @@ from agenttrace.sinks import load_trajectories
 from agenttrace.storage.http import BackendError
 from agenttrace.storage.otlp_json import SpanFormatError, SpanFormatWarning, read_otlp_json
 from agenttrace.storage.phoenix import PhoenixReader, decode_span
-from agenttrace.trajectory.records import LOSSY_SPAN, LOSSY_TIMES, SpanEvent, SpanRecord
+from agenttrace.trajectory.records import (
+    LOSSY_CONTEXT,
+    LOSSY_TIMES,
+    SpanEvent,
+    SpanRecord,
+)
 
 DEMO_PROJECT = "agenttrace-demo"
 EDGE_PROJECT = "edges"
@@ -127,13 +132,13 @@ def test_records_are_the_sent_spans_less_what_phoenix_does_not_keep(phoenix, dem
     expected = {(r.trace_id, r.span_id): as_phoenix_keeps_it(r) for r in sent}
     for record in records:
         assert record._replace(lossy={}) == expected[(record.trace_id, record.span_id)]
-        assert LOSSY_TIMES in record.lossy and "kind" in record.lossy[LOSSY_SPAN]
+        assert LOSSY_TIMES in record.lossy and "kind" in record.lossy[LOSSY_CONTEXT]
     # Phoenix adds OpenInference attributes to GenAI spans; dropped, and said so
     chat = next(r for r in records if r.name.startswith("chat "))
     assert {"llm.model_name", "openinference.span.kind", "output.value"} <= chat.lossy.keys()
     episode = next(r for r in records if r.name == "episode" and r.events)
     assert episode.status_code == "ERROR" and episode.events[0].name == "exception"
-    assert "exception.type" in episode.lossy[LOSSY_SPAN]
+    assert "exception.type" in episode.lossy[LOSSY_CONTEXT]
     kept = PhoenixReader(phoenix.url, DEMO_PROJECT, keep_derived=True)
     chat_kept = next(r for r in kept.records() if r.span_id == chat.span_id)
     assert chat_kept.attributes["llm.model_name"] == chat.attributes["gen_ai.request.model"]
@@ -209,7 +214,7 @@ def test_attribute_types_and_what_phoenix_changes(phoenix) -> None:
     (exception,) = child.events
     assert exception.name == "exception" and "extra" not in exception.attributes
     assert exception.attributes["exception.message"] == "boom"
-    assert "exception.type" in child.lossy[LOSSY_SPAN]
+    assert "exception.type" in child.lossy[LOSSY_CONTEXT]
     assert records["ok"].status_code == "OK" and records["ok"].status_message is None
 
     # A GenAI span: every OpenInference attribute Phoenix derives is dropped again
@@ -485,7 +490,7 @@ def test_time_formats_and_precision() -> None:
     start = int(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()) * 10**9
     assert record.start_time == start + 123_456_789
     assert record.end_time == start + 1_500_000_000
-    assert LOSSY_TIMES not in record.lossy and LOSSY_SPAN in record.lossy  # nanoseconds kept
+    assert LOSSY_TIMES not in record.lossy and LOSSY_CONTEXT in record.lossy  # ns kept
     span["start_time"] = "2026-01-02T03:04:05.123456"
     assert decode_span(span).lossy[LOSSY_TIMES].startswith("Phoenix keeps times")
     span["end_time"] = None  # an open span

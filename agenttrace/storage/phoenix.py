@@ -41,7 +41,12 @@ from typing import Any, NoReturn
 from agenttrace import semconv as sc
 from agenttrace.storage.http import BackendError, JsonClient
 from agenttrace.storage.otlp_json import ErrorHandler, SpanFormatError, warn
-from agenttrace.trajectory.records import LOSSY_SPAN, LOSSY_TIMES, SpanEvent, SpanRecord
+from agenttrace.trajectory.records import (
+    LOSSY_CONTEXT,
+    LOSSY_TIMES,
+    SpanEvent,
+    SpanRecord,
+)
 
 __all__ = ["MAX_PAGE_SIZE", "PhoenixReader", "decode_span"]
 
@@ -96,7 +101,7 @@ _SPAN_FIELDS_LOST = (
     "remote-parent flag"
 )
 _EXCEPTION_EVENTS_CUT = (
-    "; its exception events keep only exception.type, .message, .escaped and .stacktrace"
+    "its exception events keep only exception.type, .message, .escaped and .stacktrace"
 )
 _MICROSECONDS = "Phoenix keeps times to the microsecond (rounded)"
 _DERIVED = (
@@ -109,9 +114,10 @@ _NULL = "Phoenix answered null for this attribute (dropped)"
 _NOT_OTEL = "not an OpenTelemetry attribute value in Phoenix's answer; kept as JSON text"
 
 # The lossy mappings almost every record shares (one object each, not one per record).
-_LOSSY_COMMON = MappingProxyType({LOSSY_TIMES: _MICROSECONDS, LOSSY_SPAN: _SPAN_FIELDS_LOST})
+_LOSSY_COMMON = MappingProxyType({LOSSY_TIMES: _MICROSECONDS, LOSSY_CONTEXT: _SPAN_FIELDS_LOST})
+# The trajectory's error reads exception.type/.message/.stacktrace, all kept: context only.
 _LOSSY_EXCEPTION = MappingProxyType(
-    {LOSSY_TIMES: _MICROSECONDS, LOSSY_SPAN: _SPAN_FIELDS_LOST + _EXCEPTION_EVENTS_CUT}
+    {**_LOSSY_COMMON, LOSSY_CONTEXT: f"{_SPAN_FIELDS_LOST}; {_EXCEPTION_EVENTS_CUT}"}
 )
 
 
@@ -281,9 +287,9 @@ def decode_span(span: Any, *, keep_derived: bool = False) -> SpanRecord:
 
     common = _LOSSY_EXCEPTION if has_exception else _LOSSY_COMMON
     if lossy or fine:  # not the shared mapping: say what this span lost
-        lossy = {LOSSY_SPAN: common[LOSSY_SPAN], **lossy}
-        if not fine:
-            lossy[LOSSY_TIMES] = _MICROSECONDS
+        lossy = {**common, **lossy}
+        if fine:
+            del lossy[LOSSY_TIMES]
     return SpanRecord(
         trace_id,
         span_id,

@@ -57,6 +57,7 @@ _EMPTY: Mapping[str, Any] = {}
 #: ``SpanRecord.lossy`` keys for what is not an attribute.
 LOSSY_TIMES = "@times"  # start/end times kept at a coarser precision than nanoseconds
 LOSSY_SPAN = "@span"  # the span itself is incomplete (e.g. events or attributes dropped)
+LOSSY_CONTEXT = "@context"  # kind, resource, scope or links lost (no trajectory field holds them)
 
 
 def _plain_mapping(attributes: Any) -> Mapping[str, Any]:
