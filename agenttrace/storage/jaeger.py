@@ -19,12 +19,13 @@ import base64
 import json
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.storage.http import JsonClient
 from agenttrace.storage.otlp_json import ErrorHandler, SpanFormatError, decode_document, warn
-from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
+from agenttrace.trajectory.records import LOSSY_TIMES, SpanEvent, SpanLink, SpanRecord
 
 _KINDS = {"client": "CLIENT", "server": "SERVER", "producer": "PRODUCER",
           "consumer": "CONSUMER", "internal": "INTERNAL"}  # fmt: skip
@@ -40,6 +41,7 @@ _DROPPED_TAGS = frozenset({"internal.span.format", "w3c.tracestate"})
 _EVENT_NAME_FIELD = "event"
 #: Attributes the OTLP -> Jaeger conversion turned from arrays into JSON text.
 _ARRAY_ATTRIBUTES = frozenset({sc.GEN_AI_RESPONSE_FINISH_REASONS})
+_V1_LOSSY = MappingProxyType({LOSSY_TIMES: "Jaeger's v1 API keeps times to the microsecond"})
 
 
 # --- v1 JSON -> span records -----------------------------------------------------------------
@@ -157,6 +159,7 @@ def _decode_v1_span(span: Any, processes: Mapping[str, Any]) -> SpanRecord:
         tuple(links),
         False,
         not isinstance(flags, int) or bool(flags & 1),
+        _V1_LOSSY,
     )
 
 
