@@ -43,6 +43,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # optional (agenttrace[fast]): checks untrusted content text ~5x faster than json
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised by tests that hide it
+    _orjson = None
+
 from agenttrace._secrets import REDACTED, is_secret_name
 
 #: Arrays up to this many elements are written as readable nested lists.
@@ -266,13 +271,61 @@ def json_text(value: Any) -> str:
 
 def as_raw_json(text: str, *, trusted: bool) -> RawJSON | str:
     """Wrap attribute text for lazy decoding; untrusted text must parse, else stays a str."""
-    if trusted:
+    if trusted or is_json(text):
         return RawJSON(text)
+    return text
+
+
+# Short texts that recur in every step ("{}" infos, discrete actions), once they have parsed.
+_KNOWN_JSON: dict[str, None] = {}
+_KNOWN_LIMIT = 1024  # entries before the memo starts over
+_KNOWN_LENGTH = 16  # longest text remembered
+_scan_once = json.JSONDecoder().scan_once  # the C scanner json.loads runs, without its frames
+
+
+def is_json(text: str) -> bool:
+    """Whether ``json.loads(text)`` would succeed (same answer, same RecursionError).
+
+    orjson, when installed, decides for text it accepts that cannot nest deep enough to
+    exhaust json's recursion limit: ``json`` accepts everything orjson does except nesting past
+    that limit. Text orjson refuses (NaN, huge numbers, lone surrogates, anything broken) goes
+    to json itself.
+    """
+    if len(text) <= _KNOWN_LENGTH and text in _KNOWN_JSON:
+        return True
+    if _orjson is not None and (
+        len(text) < 1000 or text.count("[") + text.count("{") < 500  # nesting depth < 500
+    ):
+        try:
+            _orjson.loads(text)
+        except _orjson.JSONDecodeError:
+            pass
+        else:
+            _remember(text)
+            return True
+    if text and text[0] not in " \t\n\r":  # json.loads skips leading whitespace first
+        try:
+            end = _scan_once(text, 0)[1]
+        except StopIteration:  # no JSON value at the start
+            return False
+        except ValueError:
+            return False
+        if end == len(text):
+            _remember(text)
+            return True
     try:
-        json.loads(text)
+        json.loads(text)  # trailing whitespace or data, leading whitespace, empty text
     except ValueError:
-        return text
-    return RawJSON(text)
+        return False
+    _remember(text)
+    return True
+
+
+def _remember(text: str) -> None:
+    if len(text) <= _KNOWN_LENGTH:
+        if len(_KNOWN_JSON) >= _KNOWN_LIMIT:
+            _KNOWN_JSON.clear()
+        _KNOWN_JSON[text] = None
 
 
 # --- decoding --------------------------------------------------------------------------

@@ -1,0 +1,603 @@
+"""The OTLP/JSON reader's fast path and JSON backends give exactly what the checked path gives.
+
+The reader parses lines with orjson when it is installed and decodes the common shape of a span
+without its checks' bookkeeping (agenttrace/storage/otlp_json.py, "fast path"); anything else
+goes through the checked path. These tests run the same input three ways and compare records
+(by repr, so 1, 1.0 and True differ) and reported errors (by text):
+
+* checked: json and the checked path only, which is what the reader always did;
+* fast + json: the fast path with orjson hidden;
+* fast + orjson: the fast path over orjson (skipped when orjson is not installed).
+
+Content validation (``codec.is_json``) is compared with ``json.loads`` the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agenttrace.storage import otlp_json
+from agenttrace.storage.otlp_json import (
+    SpanFormatError,
+    decode_document,
+    decode_line,
+    encode_lines,
+    iter_records,
+    read_otlp_json,
+)
+from agenttrace.trajectory import codec
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is in the test extra
+    orjson = None
+
+MODES = ["checked", "fast+json", "fast+orjson"]
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "upstream"
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """Run the reader as ``name`` says (module globals restored afterwards)."""
+    saved = (otlp_json._orjson, otlp_json._fast_document, codec._orjson)
+    try:
+        if name == "checked":
+            otlp_json._fast_document = lambda document: None
+        if name != "fast+orjson":
+            otlp_json._orjson = None
+            codec._orjson = None
+        elif orjson is None:  # pragma: no cover
+            pytest.skip("orjson is not installed")
+        yield
+    finally:
+        otlp_json._orjson, otlp_json._fast_document, codec._orjson = saved
+
+
+def read_lines(lines: list[str | bytes]) -> tuple[str, list[str]]:
+    errors: list[SpanFormatError] = []
+    records = list(iter_records(lines, source="s.jsonl", on_error=errors.append))
+    return repr(records), [str(error) for error in errors]
+
+
+def strict(line: str) -> str:
+    try:
+        return repr(decode_line(line))
+    except SpanFormatError as error:
+        return "error: %s" % error
+    except RecursionError:  # pragma: no cover - not generated here
+        return "RecursionError"
+
+
+def document_records(document: Any) -> tuple[str, list[str]]:
+    errors: list[SpanFormatError] = []
+    return repr(decode_document(document, errors.append)), [str(e) for e in errors]
+
+
+def assert_same_everywhere(text: str) -> None:
+    """``text`` as a line (str and bytes), strictly, and as a parsed document: all modes agree."""
+    results = {}
+    for name in MODES:
+        if name == "fast+orjson" and orjson is None:
+            continue
+        with mode(name):
+            results[name] = (
+                read_lines([text + "\n"]),
+                read_lines([text.encode("utf-8", "surrogatepass") + b"\n"]),
+                strict(text),
+            )
+            try:
+                document = json.loads(text)
+            except ValueError:
+                pass
+            else:
+                results[name] += (document_records(document),)
+    reference = results.pop("checked")
+    for name, result in results.items():
+        assert result == reference, name
+
+
+# ------------------------------------------------------------------------------------------
+# documents: the common shape, and everything odd that can stand in each place
+
+NUMBER_LITERALS = [
+    "0",
+    "-0",
+    "7",
+    "-3",
+    "1.0",
+    "1.5",
+    "-0.0",
+    "1E5",
+    "2e19",
+    "1e400",  # json: inf; orjson: refuses
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775809",  # beyond int64: orjson gives a float
+    "18446744073709551615",
+    "18446744073709551616",
+    "123456789012345678901234567890",
+    "NaN",
+    "Infinity",
+    "-Infinity",
+]
+
+
+class Raw(str):
+    """A number literal written into the JSON text as it is (see ``dumps``)."""
+
+
+def dumps(value: Any) -> str:
+    """json.dumps, with ``Raw`` values spliced in unquoted (big, NaN, odd number literals)."""
+    raws: list[str] = []
+
+    def swap(item: Any) -> Any:
+        if isinstance(item, Raw):
+            raws.append(str(item))
+            return "\x00raw%d\x00" % (len(raws) - 1)
+        if isinstance(item, dict):
+            return {k: swap(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [swap(v) for v in item]
+        return item
+
+    text = json.dumps(swap(value), ensure_ascii=False)
+    for index, raw in enumerate(raws):
+        text = text.replace('"\\u0000raw%d\\u0000"' % index, raw)
+    return text
+
+
+texts = st.text(max_size=12) | st.sampled_from(["", "é", "日本", "\U0001f600", "a\nb", "\ud800"])
+numbers = st.sampled_from(NUMBER_LITERALS).map(Raw)
+digit_strings = st.sampled_from(
+    ["0", "42", "-5", "+5", " 7", "1_000", "٣", "1.5", "", "x", "18446744073709551616"]
+)
+odd = st.none() | st.booleans() | numbers | texts | st.just([]) | st.just({}) | st.just([1])
+
+
+def hex_id(size: int) -> st.SearchStrategy[Any]:
+    good = st.integers(1, 2 ** (8 * size) - 1).map(lambda n: "%0*x" % (2 * size, n))
+    return st.one_of(
+        good,
+        good,
+        good.map(str.upper),
+        st.just("0" * 2 * size),
+        st.integers(0, 2 ** (8 * size) - 1).map(
+            lambda n: base64.b64encode(n.to_bytes(size, "big")).decode()
+        ),
+        st.just("0x" + "1" * (2 * size - 2)),
+        st.just("1_" + "2" * (2 * size - 2)),
+        st.just(" " + "3" * (2 * size - 1)),
+        st.just("g" * 2 * size),
+        odd,
+    )
+
+
+def any_values(depth: int = 2) -> st.SearchStrategy[Any]:
+    scalar = st.one_of(
+        texts.map(lambda s: {"stringValue": s}),
+        st.integers(-(2**70), 2**70).map(lambda n: {"intValue": str(n)}),
+        digit_strings.map(lambda s: {"intValue": s}),
+        st.integers(-(2**70), 2**70).map(lambda n: {"intValue": n}),  # as a number
+        numbers.map(lambda n: {"intValue": n}),
+        st.floats(allow_nan=False, allow_infinity=False).map(lambda f: {"doubleValue": f}),
+        numbers.map(lambda n: {"doubleValue": n}),
+        st.sampled_from(["NaN", "Infinity", "-Infinity", "1.5", "nan", "x", " 2 "]).map(
+            lambda s: {"doubleValue": s}
+        ),
+        st.booleans().map(lambda b: {"boolValue": b}),
+        st.binary(max_size=6).map(lambda b: {"bytesValue": base64.b64encode(b).decode()}),
+        st.sampled_from(["!!", "QQ", "_-8"]).map(lambda s: {"bytesValue": s}),
+        st.just({}),  # an empty AnyValue: no value
+        st.none(),
+        odd.map(lambda v: {"stringValue": v}),
+        odd.map(lambda v: {"boolValue": v}),
+        st.just({"stringValue": "a", "intValue": "1"}),  # two fields: the first decides
+        st.just({"intValue": "1", "stringValue": "a"}),
+        st.just({"madeUpValue": 1}),
+        odd,
+    )
+    if depth == 0:
+        return scalar
+    inner = any_values(depth - 1)
+    return st.one_of(
+        scalar,
+        scalar,
+        st.lists(inner, max_size=3).map(lambda vs: {"arrayValue": {"values": vs}}),
+        st.just({"arrayValue": {}}),
+        st.lists(st.tuples(texts, inner), max_size=3).map(
+            lambda kvs: {"kvlistValue": {"values": [{"key": k, "value": v} for k, v in kvs]}}
+        ),
+        st.just({"kvlistValue": {"values": "x"}}),
+    )
+
+
+common_keys = st.sampled_from(
+    ["rl.episode.id", "rl.timestep.index", "rl.reward", "rl.observation", "service.name"]
+)
+key_values = st.one_of(
+    st.tuples(common_keys | texts, any_values()).map(lambda kv: {"key": kv[0], "value": kv[1]}),
+    st.tuples(common_keys, any_values()).map(lambda kv: {"key": kv[0], "value": kv[1]}),
+    odd.map(lambda k: {"key": k, "value": {"stringValue": "x"}}),
+    st.just({"key": "no value"}),
+    odd,
+)
+attributes = st.lists(key_values, max_size=4) | odd
+nanos = st.one_of(
+    st.integers(0, 2**63).map(str),
+    st.integers(0, 2**63),
+    digit_strings,
+    numbers,
+    odd,
+)
+events = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": texts | odd,
+            "timeUnixNano": nanos,
+            "attributes": attributes,
+            "droppedAttributesCount": st.integers(0, 3),
+        },
+    )
+    | odd,
+    max_size=2,
+)
+links = st.lists(
+    st.fixed_dictionaries(
+        {"traceId": hex_id(16), "spanId": hex_id(8)},
+        optional={"attributes": attributes, "traceState": texts},
+    )
+    | odd,
+    max_size=2,
+)
+statuses = st.one_of(
+    st.just({}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "code": st.sampled_from([0, 1, 2, 3, "STATUS_CODE_ERROR", "OK", True]) | numbers,
+            "message": texts | odd,
+        },
+    ),
+    odd,
+)
+kinds = st.sampled_from([0, 1, 2, 3, 4, 5, 6, "SPAN_KIND_SERVER", "CLIENT", "x", True]) | numbers
+flags = st.sampled_from([0, 1, 0x100, 0x300, 0x301, 0x201, 768]) | numbers | odd
+
+
+def spans() -> st.SearchStrategy[Any]:
+    return st.fixed_dictionaries(
+        {"traceId": hex_id(16), "spanId": hex_id(8)},
+        optional={
+            "parentSpanId": hex_id(8) | st.just(""),
+            "name": st.sampled_from(["episode", "timestep", "env.step", "chat m"]) | texts | odd,
+            "kind": kinds,
+            "startTimeUnixNano": nanos,
+            "endTimeUnixNano": nanos,
+            "attributes": attributes,
+            "events": events | odd,
+            "links": links | odd,
+            "status": statuses,
+            "flags": flags,
+            "traceState": texts,
+            "droppedAttributesCount": st.integers(0, 3),
+        },
+    )
+
+
+def scope_blocks() -> st.SearchStrategy[Any]:
+    scope = st.fixed_dictionaries(
+        {}, optional={"name": texts | odd, "version": texts | odd, "attributes": attributes}
+    )
+    return st.one_of(
+        st.fixed_dictionaries(
+            {"spans": st.lists(spans() | odd, max_size=3)},
+            optional={"scope": scope | odd, "schemaUrl": texts},
+        ),
+        st.fixed_dictionaries(  # OTLP < 0.15
+            {"instrumentationLibrary": scope, "spans": st.lists(spans(), max_size=2)}
+        ),
+        st.fixed_dictionaries({}, optional={"spans": odd}),
+        odd,
+    )
+
+
+resource_blocks = st.one_of(
+    st.fixed_dictionaries(
+        {"scopeSpans": st.lists(scope_blocks(), max_size=2)},
+        optional={
+            "resource": st.fixed_dictionaries({}, optional={"attributes": attributes}) | odd,
+            "schemaUrl": texts,
+        },
+    ),
+    st.fixed_dictionaries({"instrumentationLibrarySpans": st.lists(scope_blocks(), max_size=2)}),
+    st.fixed_dictionaries({}, optional={"scopeSpans": odd}),
+    odd,
+)
+documents = st.one_of(
+    st.fixed_dictionaries({"resourceSpans": st.lists(resource_blocks, max_size=3)}),
+    st.fixed_dictionaries({"batches": st.lists(resource_blocks, max_size=2)}),  # Tempo < 2.6
+    st.just({"resourceLogs": []}),
+    st.fixed_dictionaries({"resourceSpans": odd}),
+    odd,
+)
+
+
+def common_span(draw: st.DrawFn) -> dict:
+    """A span in exactly the shape agenttrace and the Collector write (the fast path's)."""
+    attrs = draw(
+        st.lists(
+            st.tuples(
+                common_keys | texts,
+                st.one_of(
+                    texts.map(lambda s: {"stringValue": s}),
+                    st.integers(-(2**63), 2**63 - 1).map(lambda n: {"intValue": str(n)}),
+                    st.floats(-1e18, 1e18).map(lambda f: {"doubleValue": f}),  # below 2**63
+                    st.booleans().map(lambda b: {"boolValue": b}),
+                    st.lists(texts, max_size=3).map(
+                        lambda xs: {"arrayValue": {"values": [{"stringValue": x} for x in xs]}}
+                    ),
+                ),
+            ),
+            max_size=6,
+        )
+    )
+    span = {
+        "traceId": "%032x" % draw(st.sampled_from([1, 2**127 + 5, 2**128 - 1])),
+        "spanId": "%016x" % draw(st.integers(1, 2**64 - 1)),
+        "name": draw(texts),
+        "kind": draw(st.integers(0, 5)),
+        "startTimeUnixNano": str(draw(st.integers(0, 2**63))),
+        "endTimeUnixNano": str(draw(st.integers(0, 2**63))),
+        "attributes": [{"key": k, "value": v} for k, v in attrs],
+        "status": draw(st.sampled_from([{}, {"code": 1}, {"code": 2, "message": "boom"}])),
+    }
+    if draw(st.booleans()):
+        span["parentSpanId"] = "%016x" % draw(st.integers(1, 2**64 - 1))
+    return span
+
+
+STRING = {"stringValue": "s"}
+
+
+@st.composite
+def common_documents(draw: st.DrawFn) -> dict:
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": STRING}]},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "agenttrace", "version": "0.1.0"},
+                        "spans": [common_span(draw) for _ in range(draw(st.integers(0, 4)))],
+                    }
+                ],
+            }
+        ]
+    }
+
+
+SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(documents)
+def test_odd_documents_read_the_same_in_every_mode(document: Any) -> None:
+    assert_same_everywhere(dumps(document))
+
+
+@SETTINGS
+@given(common_documents())
+def test_common_documents_read_the_same_in_every_mode(document: Any) -> None:
+    assert_same_everywhere(dumps(document))
+
+
+@SETTINGS
+@given(common_documents())
+def test_common_documents_take_the_fast_path(document: Any) -> None:
+    fast = otlp_json._fast_document(json.loads(dumps(document)))
+    assert fast is not None
+    errors: list[SpanFormatError] = []
+    checked = otlp_json._decode_document(json.loads(dumps(document)), errors.append)
+    assert repr(fast) == repr(checked)
+    assert not errors
+
+
+@SETTINGS
+@given(common_documents(), st.data())
+def test_one_odd_value_anywhere_reads_the_same(document: Any, data: st.DataObject) -> None:
+    """A common document with one value swapped for something odd (the fast path gives up)."""
+    spans_ = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    if spans_:
+        span = data.draw(st.sampled_from(spans_))
+        key = data.draw(st.sampled_from(sorted(span)))
+        if key == "attributes" and span["attributes"]:
+            item = data.draw(st.sampled_from(span["attributes"]))
+            item["value"] = data.draw(any_values())
+        else:
+            span[key] = data.draw(odd | numbers)
+    assert_same_everywhere(dumps(document))
+
+
+def _number_in(place: str, literal: str) -> dict:
+    """A common span with ``literal`` (unquoted) at ``place``."""
+    number = Raw(literal)
+    span: dict[str, Any] = {
+        "traceId": "%032x" % 7,
+        "spanId": "%016x" % 9,
+        "name": "env.step",
+        "kind": 1,
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+        "attributes": [{"key": "k", "value": {"stringValue": "v"}}],
+        "status": {},
+    }
+    if place in ("startTimeUnixNano", "endTimeUnixNano", "kind", "flags"):
+        span[place] = number
+    elif place == "status.code":
+        span["status"] = {"code": number}
+    elif place == "event time":
+        span["events"] = [{"name": "e", "timeUnixNano": number}]
+    elif place == "event attribute":
+        attributes = [{"key": "n", "value": {"intValue": number}}]
+        span["events"] = [{"name": "e", "attributes": attributes}]
+    elif place == "array item":
+        span["attributes"].append(
+            {"key": "a", "value": {"arrayValue": {"values": [{"doubleValue": number}]}}}
+        )
+    elif place == "kvlist item":
+        kv = {"values": [{"key": "n", "value": {"intValue": number}}]}
+        span["attributes"].append({"key": "m", "value": {"kvlistValue": kv}})
+    elif place == "resource":
+        return {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": [{"key": "r", "value": {"intValue": number}}]},
+                    "scopeSpans": [{"spans": [span]}],
+                }
+            ]
+        }
+    else:  # an attribute's value field
+        span["attributes"].append({"key": "n", "value": {place: number}})
+    return {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "s"}, "spans": [span]}]}]}
+
+
+@pytest.mark.parametrize("literal", NUMBER_LITERALS)
+@pytest.mark.parametrize(
+    "place",
+    ["startTimeUnixNano", "endTimeUnixNano", "kind", "flags", "status.code", "event time",
+     "event attribute", "array item", "kvlist item", "resource", "intValue", "doubleValue",
+     "boolValue", "stringValue"],
+)  # fmt: skip
+def test_every_number_literal_anywhere_reads_the_same(place: str, literal: str) -> None:
+    """Integers beyond 64 bits (which orjson reads as floats), NaN, 1e400, -0 ... everywhere."""
+    assert_same_everywhere(dumps(_number_in(place, literal)))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "   ",
+        "not json",
+        '{"resourceSpans": [',  # torn
+        "[]",
+        "{}",
+        '{"resourceSpans": []} trailing',
+        '{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": NaN}]}]}]}',
+        '\ufeff{"resourceSpans": []}',
+        '{"resourceSpans": [], "resourceSpans": null}',  # duplicate keys: the last counts
+        '{"resourceSpans": null, "resourceSpans": []}',
+    ],
+)
+def test_odd_lines_read_the_same_in_every_mode(line: str) -> None:
+    assert_same_everywhere(line)
+
+
+def test_torn_last_line_reported_the_same_in_every_mode() -> None:
+    good = encode_lines(list(read_otlp_json(FIXTURES / "otlp" / "trace.json")))
+    for name in MODES:
+        if name == "fast+orjson" and orjson is None:
+            continue
+        with mode(name):
+            result = read_lines([good + "\n", good[:-7]])
+            assert len(result[1]) == 1 and "torn last line" in result[1][0]
+            if name == "checked":
+                reference = result
+            else:
+                assert result == reference
+
+
+def test_real_files_read_the_same_in_every_mode(cartpole_run: tuple[list, list]) -> None:
+    """The CartPole run's spans and the upstream samples (every file in fixtures/upstream)."""
+    _, records = cartpole_run
+    lines = [encode_lines(records[i : i + 40]) for i in range(0, len(records), 40)]
+    samples = [p for p in (FIXTURES / "otlp").rglob("*.json*") if p.is_file()]
+    outcomes = {}
+    for name in MODES:
+        if name == "fast+orjson" and orjson is None:
+            continue
+        with mode(name):
+            got = [read_lines(lines)]
+            for path in samples:
+                errors: list[SpanFormatError] = []
+                records_ = list(read_otlp_json(path, on_error=errors.append))
+                got.append((repr(records_), list(map(str, errors))))
+            outcomes[name] = got
+    reference = outcomes.pop("checked")
+    assert reference[0][0] == repr(records) and not reference[0][1]
+    for name, got in outcomes.items():
+        assert got == reference, name
+
+
+def test_fast_path_reads_agenttraces_own_lines(cartpole_run: tuple[list, list]) -> None:
+    """What agenttrace writes never needs the checked path."""
+    _, records = cartpole_run
+    document = json.loads(encode_lines(records))
+    assert repr(otlp_json._fast_document(document)) == repr(records)
+
+
+# ------------------------------------------------------------------------------------------
+# content validation: is_json says what json.loads says
+
+json_fragments = st.sampled_from(
+    ["{", "}", "[", "]", ",", ":", '"', "\\", "1", "-", ".", "e", "NaN", "null", "true", " ", "\n",
+     "\ud800", "\\ud800", "é", "1e400", "123456789012345678901234567890", "\ufeff", "\x00", "\t"]
+)  # fmt: skip
+json_like = st.lists(json_fragments | st.text(max_size=3), max_size=12).map("".join)
+json_texts = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=8,
+).map(json.dumps)
+
+
+def json_loads_accepts(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+@SETTINGS
+@given(json_like | json_texts | json_texts.map(lambda t: t[: len(t) // 2]) | st.text(max_size=20))
+def test_is_json_agrees_with_json_loads(text: str) -> None:
+    expected = json_loads_accepts(text)
+    for name in ("fast+json", "fast+orjson"):
+        if name == "fast+orjson" and orjson is None:
+            continue
+        with mode(name):
+            codec._KNOWN_JSON.clear()
+            assert codec.is_json(text) is expected, name
+            assert codec.is_json(text) is expected, name  # again, from the memo if short
+            raw = codec.as_raw_json(text, trusted=False)
+            assert type(raw) is (codec.RawJSON if expected else str) and raw == text
+
+
+def test_is_json_leaves_deep_nesting_to_json() -> None:
+    """Nesting json cannot read (RecursionError) is not declared valid by orjson instead."""
+    for depth in (10, 499, 600, 995, 1010, 5000):
+        text = "[" * depth + "]" * depth
+        try:
+            expected: Any = json_loads_accepts(text)
+        except RecursionError:
+            expected = RecursionError
+        for name in ("fast+json", "fast+orjson"):
+            if name == "fast+orjson" and orjson is None:
+                continue
+            with mode(name):
+                try:
+                    got: Any = codec.is_json(text)
+                except RecursionError:
+                    got = RecursionError
+                assert got == expected, (name, depth)
