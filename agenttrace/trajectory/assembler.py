@@ -26,7 +26,7 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
-from agenttrace.trajectory.codec import as_raw_json
+from agenttrace.trajectory.codec import RawJSON, as_raw_json, is_json
 from agenttrace.trajectory.model import EpisodeError, Step, Trajectory, decoded_content
 from agenttrace.trajectory.records import SpanRecord
 
@@ -59,31 +59,45 @@ def build_trajectory(
     trusted = trusted_scope
     if not records:
         raise ValueError("build_trajectory needs at least one span record")
-    episode_span = _episode_span(records)
+
+    # One pass: the episode span (the outermost, see _episode_span), step parts, reset, GenAI.
+    parts: dict[int, dict[str, SpanRecord]] = {}
+    episode_span: SpanRecord | None = None
+    reset_span: SpanRecord | None = None
+    genai_records: list[SpanRecord] = []
+    step_roles = _STEP_ROLES
+    index_key = sc.TIMESTEP_INDEX
+    for record in records:
+        name = record.name
+        if name in step_roles:
+            index = record.attributes.get(index_key)
+            if type(index) is int and index >= 0:  # not a bool, nor (below) an int subclass
+                roles = parts.get(index)
+                if roles is None:
+                    parts[index] = {name: record}
+                else:
+                    roles[name] = record
+            elif isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+                parts.setdefault(index, {})[name] = record
+        elif name == sc.ENV_RESET:
+            if reset_span is None or record.start_time >= reset_span.start_time:
+                reset_span = record
+        else:
+            if name == sc.EPISODE and (
+                episode_span is None or record.start_time < episode_span.start_time
+            ):
+                episode_span = record
+            if genai.call_kind(record) is not None:
+                genai_records.append(record)
     if episode_id is None:
         episode_id = episode_id_of(episode_span or records[0]) or format(
             records[0].trace_id, "032x"
         )
 
-    parts: dict[int, dict[str, SpanRecord]] = {}
-    reset_span: SpanRecord | None = None
-    genai_records: list[SpanRecord] = []
-    by_span_id: dict[int, SpanRecord] = {}
-    for record in records:
-        by_span_id[record.span_id] = record
-        name = record.name
-        if name in _STEP_ROLES:
-            index = record.attributes.get(sc.TIMESTEP_INDEX)
-            if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
-                parts.setdefault(index, {})[name] = record
-        elif name == sc.ENV_RESET:
-            if reset_span is None or record.start_time >= reset_span.start_time:
-                reset_span = record
-        elif genai.call_kind(record) is not None:
-            genai_records.append(record)
-
     steps, final_observation = _build_steps(parts, reset_span, trusted)
-    _attach_genai_calls(steps, genai_records, by_span_id, trusted)
+    if genai_records and steps:
+        by_span_id = {record.span_id: record for record in records}
+        _attach_genai_calls(steps, genai_records, by_span_id, trusted)
 
     attrs = episode_span.attributes if episode_span is not None else {}
     length = attrs.get(sc.EPISODE_LENGTH)
@@ -107,8 +121,11 @@ def build_trajectory(
     task_id = attrs.get(sc.TASK_ID)
 
     start = episode_span.start_time if episode_span else min(r.start_time for r in records)
-    ends = [r.end_time for r in records if r.end_time is not None]
-    end = episode_span.end_time if ended else (max(ends) if ends else None)
+    if ended:
+        end = episode_span.end_time  # type: ignore[union-attr]
+    else:
+        ends = [r.end_time for r in records if r.end_time is not None]
+        end = max(ends) if ends else None
 
     return Trajectory(
         episode_id=episode_id,
@@ -152,6 +169,8 @@ def _plain(value: Any) -> Any:
 
 def _text(value: Any, trusted: bool) -> Any:
     """A content attribute value as lazily decoded JSON text (see ``_content``)."""
+    if type(value) is str:  # as_raw_json, one call less: this runs for every content value
+        return RawJSON(value) if trusted or is_json(value) else value
     if not isinstance(value, str):
         return _plain(value)
     return as_raw_json(value, trusted=trusted)
@@ -169,8 +188,10 @@ def _build_steps(
     merged dict, later roles overriding earlier ones).
     """
     steps: list[Step] = []
+    append = steps.append
     returned = _content(reset, sc.OBSERVATION, None, trusted) if reset else None
     previous_index = -1
+    observation_key = sc.OBSERVATION
     for index in sorted(parts):
         roles = parts[index]
         timestep = roles.get(sc.TIMESTEP)
@@ -183,15 +204,15 @@ def _build_steps(
         own = trusted is not None and all(r.scope_name == trusted for r in present)
 
         seen: Any = _MISSING
-        for record in (act, timestep):
-            if record is not None and sc.OBSERVATION in record.attributes:
-                seen = _text(record.attributes[sc.OBSERVATION], own)
-                break
-        if seen is _MISSING:
+        if act is not None and observation_key in act.attributes:
+            seen = _text(act.attributes[observation_key], own)
+        elif timestep is not None and observation_key in timestep.attributes:
+            seen = _text(timestep.attributes[observation_key], own)
+        else:
             seen = returned if index == previous_index + 1 else None
         returned = (
-            _text(env_step.attributes[sc.OBSERVATION], own)
-            if env_step is not None and sc.OBSERVATION in env_step.attributes
+            _text(env_step.attributes[observation_key], own)
+            if env_step is not None and observation_key in env_step.attributes
             else None
         )
 
@@ -207,7 +228,7 @@ def _build_steps(
             start = min(r.start_time for r in present)
             ends = [r.end_time for r in present if r.end_time]
             end = max(ends) if ends else None
-        steps.append(
+        append(
             Step(
                 index=index,
                 observation=seen,
@@ -231,9 +252,10 @@ def _merged_info(present: list[SpanRecord], own: bool) -> Any:
     A runner may record info on its timestep (``is_trainable``) while the env's step records
     its own; neither should hide the other.
     """
-    infos = [_text(r.attributes[sc.INFO], own) for r in present if sc.INFO in r.attributes]
+    infos = [r.attributes[sc.INFO] for r in present if sc.INFO in r.attributes]
     if len(infos) <= 1:
-        return infos[0] if infos else None
+        return _text(infos[0], own) if infos else None
+    infos = [_text(info, own) for info in infos]
     decoded = [decoded_content(info) for info in infos]
     if not all(isinstance(info, dict) for info in decoded):
         return infos[-1]

@@ -25,11 +25,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from agenttrace import semconv as sc
-from agenttrace.trajectory.assembler import build_trajectory, episode_id_of
+from agenttrace.trajectory.assembler import build_trajectory
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord
 
 _STEP_ROLES = frozenset((sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP))
+_EPISODE_ID = sc.EPISODE_ID
+_TIMESTEP_INDEX = sc.TIMESTEP_INDEX
 #: Span keys and ids of written episodes remembered to tell late records from unrelated ones.
 _REMEMBERED = 200_000
 
@@ -90,29 +92,38 @@ class StreamingAssembler:
 
     def add(self, record: SpanRecord) -> list[Trajectory]:
         """Take one record; return the trajectories that became due (usually none)."""
+        return self._add(record) or []
+
+    def _add(self, record: SpanRecord) -> list[Trajectory] | None:
+        """:meth:`add`, giving None instead of a new empty list (once per record)."""
         counts = self.counts
         counts.records += 1
         sequence = counts.records
-        episode_id = episode_id_of(record)
+        episode_id = record.attributes.get(_EPISODE_ID)  # assembler.episode_id_of, inline
         if episode_id is None:
             self._add_orphan(record, sequence)
-        elif episode_id in self._written_episodes:
-            counts.late += 1
         else:
-            self._attach(episode_id, record, sequence)
-        done: list[Trajectory] = []
+            if type(episode_id) is not str:
+                episode_id = str(episode_id)
+            if episode_id in self._written_episodes:
+                counts.late += 1
+            else:
+                self._attach(episode_id, record, sequence)
+        done: list[Trajectory] | None = None
         due = self._due
-        while due and due[0][0] <= sequence:
-            _, episode_id = due.popleft()
-            if episode_id in self._open:
-                done.append(self._write(episode_id))
+        if due and due[0][0] <= sequence:
+            done = []
+            while due and due[0][0] <= sequence:
+                _, episode_id = due.popleft()
+                if episode_id in self._open:
+                    done.append(self._write(episode_id))
         if self._waiting_since and self._waiting_since[0][0] < sequence - self._orphan_window:
             self._expire_orphans(sequence - self._orphan_window)
         return done
 
     def feed(self, records: Iterable[SpanRecord]) -> Iterator[Trajectory]:
         """All trajectories of ``records``: each as it completes, then the rest at the end."""
-        add = self.add
+        add = self._add
         for record in records:
             done = add(record)
             if done:
@@ -153,20 +164,33 @@ class StreamingAssembler:
         episode = self._open.get(episode_id)
         if episode is None:
             episode = self._open[episode_id] = _OpenEpisode(order=sequence)
-        pending = [record]
-        while pending:
-            record = pending.pop()
+        owner = self._owner
+        waiting = self._waiting
+        records = episode.records
+        pending: list[SpanRecord] | None = None  # orphans to add, last first
+        while True:
             key = (record.trace_id, record.span_id)
-            if key in self._owner:
+            if key in owner:
                 self.counts.duplicates += 1
-                continue
-            self._owner[key] = episode_id
-            episode.records.append(record)
-            self._note(episode, record)
-            orphans = self._waiting.pop(key, None)
-            if orphans:
-                pending.extend(orphans)
-        if episode.due is None and self._grace is not None and _is_complete(episode):
+            else:
+                owner[key] = episode_id
+                records.append(record)
+                self._note(episode, record)
+                if waiting:
+                    orphans = waiting.pop(key, None)
+                    if orphans:
+                        if pending is None:
+                            pending = []
+                        pending.extend(orphans)
+            if not pending:
+                break
+            record = pending.pop()
+        if (
+            episode.ended
+            and episode.due is None
+            and self._grace is not None
+            and _is_complete(episode)
+        ):
             episode.due = sequence + self._grace
             self._due.append((episode.due, episode_id))
 
@@ -174,7 +198,7 @@ class StreamingAssembler:
     def _note(episode: _OpenEpisode, record: SpanRecord) -> None:
         name = record.name
         if name in _STEP_ROLES:
-            index = record.attributes.get(sc.TIMESTEP_INDEX)
+            index = record.attributes.get(_TIMESTEP_INDEX)
             if type(index) is int:
                 episode.steps_seen.add(index)
         elif name == sc.EPISODE and record.end_time is not None:
@@ -214,6 +238,8 @@ def _is_complete(episode: _OpenEpisode) -> bool:
     if episode.length is None:
         return True
     seen = episode.steps_seen
+    if len(seen) < episode.length:  # (cheap, and the usual answer until the last step)
+        return False
     return all(index in seen for index in range(episode.length))
 
 
