@@ -21,12 +21,13 @@ How a step is put together (docs/trajectory-format.md has the full rules):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
 from agenttrace.trajectory.codec import RawJSON, as_raw_json, is_json
+from agenttrace.trajectory.lossy import lossy_fields
 from agenttrace.trajectory.model import EpisodeError, Step, Trajectory, decoded_content
 from agenttrace.trajectory.records import SpanRecord
 
@@ -127,7 +128,7 @@ def build_trajectory(
         ends = [r.end_time for r in records if r.end_time is not None]
         end = max(ends) if ends else None
 
-    return Trajectory(
+    trajectory = Trajectory(
         episode_id=episode_id,
         trace_id=format((episode_span or records[0]).trace_id, "032x"),
         task_id=None if task_id is None else str(task_id),
@@ -143,6 +144,21 @@ def build_trajectory(
         reset_info=_content(reset_span, sc.INFO, None, trusted) if reset_span else None,
         missing_steps=missing,
     )
+    if trusted is None:  # rebuilt from storage: say what it could not give back whole
+        trajectory.lossy = lossy_fields(records, trajectory, _step_finder(records))
+    return trajectory
+
+
+def _step_finder(records: Sequence[SpanRecord]) -> Callable[[SpanRecord], int | None]:
+    """``_step_index_of`` over these records, its span index built on first use."""
+    by_span_id: dict[int, SpanRecord] = {}
+
+    def step_of(record: SpanRecord) -> int | None:
+        if not by_span_id:
+            by_span_id.update((r.span_id, r) for r in records)
+        return _step_index_of(record, by_span_id)
+
+    return step_of
 
 
 def _episode_span(records: Sequence[SpanRecord]) -> SpanRecord | None:
