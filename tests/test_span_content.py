@@ -583,3 +583,27 @@ def test_spans_reaching_a_real_otlp_endpoint_are_cut_while_spans_jsonl_stays_who
     assert json.loads(in_file.attributes[sc.OBSERVATION]) == list(range(500))
     assert sc.CONTENT_TRUNCATED not in in_file.attributes
     assert runtime.stats()["export_content_truncated"] == 1
+
+
+def test_agenttrace_export_resolves_blobs_and_flags_what_it_cannot(tmp_path, capsys) -> None:
+    from agenttrace.cli.main import main
+    from agenttrace.sinks import load_trajectories
+
+    store = tmp_path / "blobs"
+    live, exported, _ = _run(tmp_path, "ref", LocalBlobStore(store))
+    spans = tmp_path / "exported-spans.jsonl"
+    spans.write_text(encode_lines(record_from_span(span) for span in exported) + "\n")
+    whole = tmp_path / "whole.jsonl"
+    argv = ["export", "--from", str(spans), "--blob-store", str(store), "--out", str(whole)]
+    assert main(argv) == 0
+    assert load_trajectories(whole) == live
+
+    flagged = tmp_path / "flagged.jsonl"
+    assert main(["export", "--from", str(spans), "--out", str(flagged)]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(live)} lossy" in out
+    for trajectory in load_trajectories(flagged):
+        assert trajectory.lossy
+        assert all("no blob store given" in reason for reason in trajectory.lossy.values())
+        assert "reset_info" not in trajectory.lossy  # small: sent as it is
+        assert any(path.endswith("llm_calls") for path in trajectory.lossy)
