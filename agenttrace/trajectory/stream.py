@@ -35,7 +35,24 @@ _TIMESTEP_INDEX = sc.TIMESTEP_INDEX
 #: Span keys and ids of written episodes remembered to tell late records from unrelated ones.
 _REMEMBERED = 200_000
 
-SpanKey = tuple[int, int]  # (trace_id, span_id)
+SpanKey = int | tuple[int, int]  # see _span_key
+_SPAN_IDS = 1 << 64  # OTLP span ids are 8 bytes
+
+
+def _span_key(trace_id: int, span_id: int) -> SpanKey:
+    """A span's key: ``trace_id << 64 | span_id``, or the pair for ids outside OTLP's sizes.
+
+    One int, because tuples count as garbage-collected objects and ints do not: a key per
+    record is kept until its episode is written and then remembered (see _REMEMBERED).
+    """
+    if (
+        type(span_id) is int
+        and 0 <= span_id < _SPAN_IDS
+        and type(trace_id) is int
+        and trace_id >= 0
+    ):
+        return trace_id << 64 | span_id
+    return (trace_id, span_id)
 
 
 @dataclass
@@ -147,7 +164,7 @@ class StreamingAssembler:
         if not parent:
             self.counts.unrelated += 1
             return
-        key = (record.trace_id, parent)
+        key = _span_key(record.trace_id, parent)
         owner = self._owner.get(key)
         if owner is not None:
             self._attach(owner, record, sequence)
@@ -169,7 +186,7 @@ class StreamingAssembler:
         records = episode.records
         pending: list[SpanRecord] | None = None  # orphans to add, last first
         while True:
-            key = (record.trace_id, record.span_id)
+            key = _span_key(record.trace_id, record.span_id)
             if key in owner:
                 self.counts.duplicates += 1
             else:
@@ -215,7 +232,7 @@ class StreamingAssembler:
             self.counts.complete += 1
         written = self._written_spans
         for record in episode.records:
-            key = (record.trace_id, record.span_id)
+            key = _span_key(record.trace_id, record.span_id)
             del self._owner[key]
             written[key] = None
         self._written_episodes[episode_id] = None
