@@ -1013,7 +1013,8 @@ def _fast_records(document: Any) -> list[SpanRecord]:
     record_type = SpanRecord
     no_loss = _NO_LOSS
     last_trace_hex: Any = None
-    trace_id = 0
+    last_parent_hex: Any = None
+    trace_id = parent_id = 0
     for block in resource_spans:
         if type(block) is not dict:
             raise _Unusual
@@ -1048,11 +1049,22 @@ def _fast_records(document: Any) -> list[SpanRecord]:
                 if trace_hex != last_trace_hex:  # the spans of a batch share few traces
                     trace_id = fast_hex(trace_hex, 16)
                     last_trace_hex = trace_hex
-                span_id = fast_hex(get("spanId"), 8)
+                span_hex = get("spanId")  # _fast_hex(span_hex, 8), inline
+                if (
+                    type(span_hex) is not str
+                    or len(span_hex) != 16
+                    or not span_hex.isascii()
+                    or not span_hex.isalnum()
+                    or span_hex[1] in "xX"
+                ):
+                    raise _Unusual
+                span_id = int(span_hex, 16)
                 if not trace_id or not span_id:
                     raise _Unusual
                 parent_hex = get("parentSpanId")
-                parent_id = fast_hex(parent_hex, 8) if parent_hex else 0
+                if parent_hex != last_parent_hex:  # siblings come together
+                    parent_id = fast_hex(parent_hex, 8) if parent_hex else 0
+                    last_parent_hex = parent_hex
 
                 start = get("startTimeUnixNano")
                 if type(start) is str and start.isdigit() and start.isascii():
