@@ -1,13 +1,16 @@
 """The OTLP/JSON reader's fast path and JSON backends give exactly what the checked path gives.
 
-The reader parses lines with orjson when it is installed and decodes the common shape of a span
-without its checks' bookkeeping (agenttrace/storage/otlp_json.py, "fast path"); anything else
-goes through the checked path. These tests run the same input three ways and compare records
-(by repr, so 1, 1.0 and True differ) and reported errors (by text):
+The reader decodes lines with msgspec into structs when it is installed, else parses them with
+orjson or json and decodes the common shape of a span without its checks' bookkeeping
+(agenttrace/storage/otlp_json.py, "fast path"); anything else goes through the checked path.
+These tests run the same input every way and compare records (by repr, so 1, 1.0 and True
+differ) and reported errors (by text):
 
 * checked: json and the checked path only, which is what the reader always did;
-* fast + json: the fast path with orjson hidden;
-* fast + orjson: the fast path over orjson (skipped when orjson is not installed).
+* fast+json: the fast path with msgspec and orjson hidden;
+* fast+orjson: the fast path over orjson (when orjson is installed);
+* fast+msgspec: the typed path, then json (when msgspec is installed);
+* installed: whatever is installed, as users get it.
 
 Content validation (``codec.is_json``) is compared with ``json.loads`` the same way.
 """
@@ -40,26 +43,49 @@ try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is in the test extra
     orjson = None
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec is in the test extra
+    msgspec = None
 
-MODES = ["checked", "fast+json", "fast+orjson"]
+MODES = [
+    "checked",
+    "fast+json",
+    *(["fast+orjson"] if orjson is not None else []),
+    *(["fast+msgspec"] if msgspec is not None else []),
+    "installed",
+]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "upstream"
 
 
 @contextlib.contextmanager
 def mode(name: str) -> Iterator[None]:
     """Run the reader as ``name`` says (module globals restored afterwards)."""
-    saved = (otlp_json._orjson, otlp_json._fast_document, codec._orjson)
+    saved = (
+        otlp_json._orjson,
+        otlp_json._fast_document,
+        otlp_json._decode_request,
+        codec._fast_loads,
+    )
     try:
+        if name != "installed":
+            otlp_json._orjson = otlp_json._decode_request = codec._fast_loads = None
         if name == "checked":
             otlp_json._fast_document = lambda document: None
-        if name != "fast+orjson":
-            otlp_json._orjson = None
-            codec._orjson = None
-        elif orjson is None:  # pragma: no cover
-            pytest.skip("orjson is not installed")
+        elif name == "fast+orjson":
+            otlp_json._orjson = orjson
+            codec._fast_loads = orjson.loads
+        elif name == "fast+msgspec":
+            otlp_json._decode_request = saved[2]
+            codec._fast_loads = msgspec.json.decode
         yield
     finally:
-        otlp_json._orjson, otlp_json._fast_document, codec._orjson = saved
+        (
+            otlp_json._orjson,
+            otlp_json._fast_document,
+            otlp_json._decode_request,
+            codec._fast_loads,
+        ) = saved
 
 
 def read_lines(lines: list[str | bytes]) -> tuple[str, list[str]]:
@@ -86,8 +112,6 @@ def assert_same_everywhere(text: str) -> None:
     """``text`` as a line (str and bytes), strictly, and as a parsed document: all modes agree."""
     results = {}
     for name in MODES:
-        if name == "fast+orjson" and orjson is None:
-            continue
         with mode(name):
             results[name] = (
                 read_lines([text + "\n"]),
@@ -410,21 +434,44 @@ def test_common_documents_take_the_fast_path(document: Any) -> None:
     checked = otlp_json._decode_document(json.loads(dumps(document)), errors.append)
     assert repr(fast) == repr(checked)
     assert not errors
+    if msgspec is not None:  # msgspec refuses lone surrogates: those lines go to json
+        typed = otlp_json._typed_document(dumps(document))
+        assert (typed is None) == ("\ud800" in dumps(document))
+        assert typed is None or repr(typed) == repr(checked)
 
 
 @SETTINGS
 @given(common_documents(), st.data())
 def test_one_odd_value_anywhere_reads_the_same(document: Any, data: st.DataObject) -> None:
-    """A common document with one value swapped for something odd (the fast path gives up)."""
+    """A common document with one value swapped for something odd, or one field left out."""
     spans_ = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
     if spans_:
         span = data.draw(st.sampled_from(spans_))
         key = data.draw(st.sampled_from(sorted(span)))
-        if key == "attributes" and span["attributes"]:
+        if data.draw(st.booleans()):
+            del span[key]  # absent: a default in the fast paths, an error in the checked one
+        elif key == "attributes" and span["attributes"]:
             item = data.draw(st.sampled_from(span["attributes"]))
             item["value"] = data.draw(any_values())
         else:
             span[key] = data.draw(odd | numbers)
+    assert_same_everywhere(dumps(document))
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["name", "kind", "parentSpanId", "startTimeUnixNano", "endTimeUnixNano", "attributes",
+     "status", "flags", "events", "links", "traceId", "spanId"],
+)  # fmt: skip
+@pytest.mark.parametrize("value", ["absent", None, 0, "", [], {}])
+def test_absent_and_empty_fields_read_the_same(key: str, value: Any) -> None:
+    span = _number_in("intValue", "7")["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["flags"] = 0x301
+    if value == "absent":
+        span.pop(key, None)
+    else:
+        span[key] = value
+    document = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
     assert_same_everywhere(dumps(document))
 
 
@@ -503,11 +550,45 @@ def test_odd_lines_read_the_same_in_every_mode(line: str) -> None:
     assert_same_everywhere(line)
 
 
+_SPAN = (
+    '{"traceId":"%032x","spanId":"%016x","name":"é","attributes":[{"key":"k","value":'
+    '{"stringValue":"ü"}}]}' % (5, 6)
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"resourceSpans":[],"x":"\xff"}',  # not UTF-8, in a field no one reads
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}],"x":"\xc3"}' % _SPAN.encode(),
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}],"x":"\xed\xa0\x80"}'
+        % _SPAN.encode(),  # a surrogate encoded in UTF-8: json reads it (surrogatepass)
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}]}' % _SPAN.encode(),
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}]}' % _SPAN.encode("utf-16"),
+        b'\xef\xbb\xbf{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}]}' % _SPAN.encode(),
+        b'{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}],"x":"\\ud800"}' % _SPAN.encode(),
+    ],
+)
+def test_byte_lines_read_the_same_in_every_mode(line: bytes) -> None:
+    results = {}
+    for name in MODES:
+        with mode(name):
+            results[name] = (read_lines([line + b"\n"]), strict_bytes(line))
+    reference = results.pop("checked")
+    for name, result in results.items():
+        assert result == reference, name
+
+
+def strict_bytes(line: bytes) -> str:
+    try:
+        return repr(decode_line(line))
+    except SpanFormatError as error:
+        return "error: %s" % error
+
+
 def test_torn_last_line_reported_the_same_in_every_mode() -> None:
     good = encode_lines(list(read_otlp_json(FIXTURES / "otlp" / "trace.json")))
     for name in MODES:
-        if name == "fast+orjson" and orjson is None:
-            continue
         with mode(name):
             result = read_lines([good + "\n", good[:-7]])
             assert len(result[1]) == 1 and "torn last line" in result[1][0]
@@ -524,8 +605,6 @@ def test_real_files_read_the_same_in_every_mode(cartpole_run: tuple[list, list])
     samples = [p for p in (FIXTURES / "otlp").rglob("*.json*") if p.is_file()]
     outcomes = {}
     for name in MODES:
-        if name == "fast+orjson" and orjson is None:
-            continue
         with mode(name):
             got = [read_lines(lines)]
             for path in samples:
@@ -542,8 +621,10 @@ def test_real_files_read_the_same_in_every_mode(cartpole_run: tuple[list, list])
 def test_fast_path_reads_agenttraces_own_lines(cartpole_run: tuple[list, list]) -> None:
     """What agenttrace writes never needs the checked path."""
     _, records = cartpole_run
-    document = json.loads(encode_lines(records))
-    assert repr(otlp_json._fast_document(document)) == repr(records)
+    line = encode_lines(records)
+    assert repr(otlp_json._fast_document(json.loads(line))) == repr(records)
+    if msgspec is not None:
+        assert repr(otlp_json._typed_document(line.encode())) == repr(records)
 
 
 # ------------------------------------------------------------------------------------------
@@ -573,9 +654,7 @@ def json_loads_accepts(text: str) -> bool:
 @given(json_like | json_texts | json_texts.map(lambda t: t[: len(t) // 2]) | st.text(max_size=20))
 def test_is_json_agrees_with_json_loads(text: str) -> None:
     expected = json_loads_accepts(text)
-    for name in ("fast+json", "fast+orjson"):
-        if name == "fast+orjson" and orjson is None:
-            continue
+    for name in MODES[1:]:
         with mode(name):
             codec._KNOWN_JSON.clear()
             assert codec.is_json(text) is expected, name
@@ -592,9 +671,7 @@ def test_is_json_leaves_deep_nesting_to_json() -> None:
             expected: Any = json_loads_accepts(text)
         except RecursionError:
             expected = RecursionError
-        for name in ("fast+json", "fast+orjson"):
-            if name == "fast+orjson" and orjson is None:
-                continue
+        for name in MODES[1:]:
             with mode(name):
                 try:
                     got: Any = codec.is_json(text)

@@ -35,7 +35,11 @@ from typing import Any
 
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
 
-try:  # optional (agenttrace[fast]): parses lines about twice as fast as json
+try:  # optional (agenttrace[fast]): reads lines about three times as fast as json
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - exercised by tests that hide it
+    _msgspec = None
+try:  # used when installed (and msgspec is not, or refuses a line): twice as fast as json
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised by tests that hide it
     _orjson = None
@@ -1131,6 +1135,234 @@ def _fast_records(document: Any) -> list[SpanRecord]:
     return records
 
 
+# --------------------------------------------------------------------------------------------
+# Decoding, typed fast path (msgspec)
+# --------------------------------------------------------------------------------------------
+#
+# With msgspec installed, lines are decoded straight into the structs below: the common shape
+# of an export request, parsed about three times as fast as into dicts and with a fifth of the
+# objects for the garbage collector (structs are untracked; only attribute values stay dicts).
+# Anything the types refuse, and anything _typed_records does not expect, goes to the paths
+# above, so the result is again exactly the checked path's. msgspec reads numbers exactly
+# (integers of any size) and refuses what json would read differently (NaN, lone surrogates).
+# It does not check the UTF-8 of text it skips, so lines that are not ASCII are decoded first.
+
+if _msgspec is not None:
+    from msgspec import UNSET as _UNSET
+    from msgspec import Struct as _Struct
+    from msgspec import UnsetType
+
+    class _KeyValue(_Struct, gc=False):
+        key: Any = _UNSET
+        value: Any = _UNSET
+
+    class _Span(_Struct, gc=False):
+        traceId: Any = _UNSET
+        spanId: Any = _UNSET
+        parentSpanId: Any = _UNSET
+        name: Any = _UNSET
+        kind: Any = _UNSET
+        startTimeUnixNano: Any = _UNSET
+        endTimeUnixNano: Any = _UNSET
+        attributes: list[_KeyValue] | UnsetType | None = _UNSET
+        events: Any = _UNSET
+        links: Any = _UNSET
+        status: Any = _UNSET
+        flags: Any = _UNSET
+
+    class _ScopeSpans(_Struct, gc=False):
+        scope: Any = _UNSET
+        instrumentationLibrary: Any = _UNSET
+        spans: list[_Span] | UnsetType | None = _UNSET
+
+    class _ResourceSpans(_Struct, gc=False):
+        resource: Any = _UNSET
+        scopeSpans: list[_ScopeSpans] | UnsetType = _UNSET
+
+    class _ExportRequest(_Struct, gc=False):
+        resourceSpans: list[_ResourceSpans] | UnsetType = _UNSET
+
+    _decode_request: Callable[[str | bytes], Any] | None = _msgspec.json.Decoder(
+        _ExportRequest
+    ).decode
+else:  # pragma: no cover - exercised by tests that hide msgspec
+    _UNSET = object()
+    _decode_request = None
+
+
+def _typed_document(line: str | bytes) -> list[SpanRecord] | None:
+    """The records of a line in the common shape, via msgspec; None to take the other paths."""
+    decode = _decode_request
+    if decode is None:
+        return None
+    try:
+        if type(line) is bytes and not line.isascii():
+            line = line.decode("utf-8")  # what json.loads would refuse, msgspec may skip
+        return _typed_records(decode(line))
+    except Exception:  # _Unusual, msgspec's errors, bad UTF-8, RecursionError: other paths
+        return None
+
+
+def _typed_attributes(items: Any) -> dict[str, Any]:
+    """_fast_attributes over msgspec's KeyValue structs (values are plain dicts)."""
+    if not items:
+        return {}
+    out: dict[str, Any] = {}
+    missing = _NOTHING
+    for item in items:
+        key = item.key
+        value = item.value
+        if type(key) is not str or type(value) is not dict:
+            raise _Unusual
+        if len(value) == 1:
+            x = value.get("stringValue", missing)
+            if type(x) is str:
+                out[key] = x
+                continue
+            x = value.get("intValue", missing)
+            if type(x) is str:
+                out[key] = int(x)
+                continue
+            x = value.get("doubleValue", missing)
+            if type(x) is float and -_BIG < x < _BIG:
+                out[key] = x
+                continue
+            x = value.get("boolValue", missing)
+            if type(x) is bool:
+                out[key] = x
+                continue
+        out[key] = _fast_value(value, 0)
+    return out
+
+
+def _typed_records(request: Any) -> list[SpanRecord]:
+    """_fast_records over msgspec's structs: absent fields are UNSET where dicts give None."""
+    resource_spans = request.resourceSpans
+    if type(resource_spans) is not list:
+        raise _Unusual
+    records: list[SpanRecord] = []
+    append = records.append
+    kind_name = _KIND_NAME
+    status_name = _STATUS_NAME
+    fast_hex = _fast_hex
+    typed_attributes = _typed_attributes
+    make = _make
+    record_type = SpanRecord
+    no_loss = _NO_LOSS
+    unset = _UNSET
+    last_trace_hex: Any = None
+    last_parent_hex: Any = None
+    trace_id = parent_id = 0
+    for block in resource_spans:
+        raw_resource = block.resource or {}
+        if type(raw_resource) is not dict:
+            raise _Unusual
+        resource = _fast_attributes(raw_resource.get("attributes"))
+        scope_blocks = block.scopeSpans
+        if type(scope_blocks) is not list:
+            raise _Unusual
+        for scope_block in scope_blocks:
+            scope = scope_block.scope or scope_block.instrumentationLibrary or {}
+            if type(scope) is not dict:
+                raise _Unusual
+            scope_name = scope.get("name") or ""
+            scope_version = scope.get("version") or ""
+            if type(scope_name) is not str or type(scope_version) is not str:
+                raise _Unusual
+            for span in scope_block.spans or ():
+                name = span.name
+                if type(name) is not str:
+                    if name is not unset:
+                        raise _Unusual
+                    name = ""
+                trace_hex = span.traceId
+                if trace_hex != last_trace_hex:
+                    trace_id = fast_hex(trace_hex, 16)
+                    last_trace_hex = trace_hex
+                span_hex = span.spanId
+                if (
+                    type(span_hex) is not str
+                    or len(span_hex) != 16
+                    or not span_hex.isascii()
+                    or not span_hex.isalnum()
+                    or span_hex[1] in "xX"
+                ):
+                    raise _Unusual
+                span_id = int(span_hex, 16)
+                if not trace_id or not span_id:
+                    raise _Unusual
+                parent_hex = span.parentSpanId
+                if parent_hex != last_parent_hex:
+                    parent_id = fast_hex(parent_hex, 8) if parent_hex else 0
+                    last_parent_hex = parent_hex
+
+                start = span.startTimeUnixNano
+                if type(start) is str and start.isdigit() and start.isascii():
+                    start = int(start)
+                else:
+                    start = 0 if start is unset else _fast_nanos(start)
+                end = span.endTimeUnixNano
+                if type(end) is str and end.isdigit() and end.isascii():
+                    end = int(end)
+                else:
+                    end = 0 if end is unset else _fast_nanos(end)
+
+                kind = span.kind
+                if type(kind) is not int and type(kind) is not str:
+                    if kind is not unset:
+                        raise _Unusual
+                    kind = 0
+                kind = kind_name[kind]
+
+                status = span.status
+                if status:
+                    if type(status) is not dict:
+                        raise _Unusual
+                    code = status.get("code", 0)
+                    if type(code) is not int and type(code) is not str:
+                        raise _Unusual
+                    status_code = status_name[code]
+                    status_message = status.get("message")
+                    if status_message is not None and type(status_message) is not str:
+                        raise _Unusual
+                else:
+                    status_code, status_message = "UNSET", None
+
+                events = span.events
+                links = span.links
+                flags = span.flags
+                if type(flags) is not int:
+                    if type(flags) is float:
+                        raise _Unusual
+                    flags = 0
+                append(
+                    make(
+                        record_type,
+                        (
+                            trace_id,
+                            span_id,
+                            parent_id,
+                            name,
+                            start,
+                            end or None,
+                            typed_attributes(span.attributes),
+                            _fast_events(events) if events else (),
+                            status_code,
+                            status_message,
+                            kind,
+                            resource,
+                            scope_name,
+                            scope_version,
+                            _fast_links(links) if links else (),
+                            bool(flags & 0x200),
+                            not (flags & 0xFF) or bool(flags & 0x01),
+                            no_loss,
+                        ),
+                    )
+                )
+    return records
+
+
 def decode_document(
     document: Any, on_error: Callable[[SpanFormatError], None] | None = None
 ) -> list[SpanRecord]:
@@ -1185,6 +1417,9 @@ def decode_line(line: str | bytes) -> list[SpanRecord]:
     Use :func:`iter_records` or :func:`read_otlp_json` to keep the good spans of a bad line.
     Lines holding only logs or metrics give ``[]``.
     """
+    records = _typed_document(line)
+    if records is not None:
+        return records
     try:
         document, exact = _parse(line)
     except ValueError as error:
@@ -1256,6 +1491,9 @@ def _line_records(
 ) -> list[SpanRecord]:
     if not line.strip():
         return []
+    records = _typed_document(line)
+    if records is not None:
+        return records
     try:
         document, exact = _parse(line)
     except ValueError as error:
@@ -1407,7 +1645,8 @@ def _is_binary(head: bytes) -> bool:
     """
     if head[:4] == _ZSTD_MAGIC:
         return True
-    return bool(head) and head[0] < 0x20 and head[:1] not in b"\t\r\n"
+    # A frame length under 16 MiB starts with a zero byte, which no text line does.
+    return head[:1] == b"\x00"
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

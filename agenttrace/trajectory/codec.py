@@ -44,6 +44,10 @@ from typing import Any
 import numpy as np
 
 try:  # optional (agenttrace[fast]): checks untrusted content text ~5x faster than json
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - exercised by tests that hide it
+    _msgspec = None
+try:  # used when installed and msgspec is not
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised by tests that hide it
     _orjson = None
@@ -281,24 +285,28 @@ _KNOWN_JSON: dict[str, None] = {}
 _KNOWN_LIMIT = 1024  # entries before the memo starts over
 _KNOWN_LENGTH = 16  # longest text remembered
 _scan_once = json.JSONDecoder().scan_once  # the C scanner json.loads runs, without its frames
+#: A faster JSON parser, when one is installed: what it accepts, json accepts (see is_json).
+_fast_loads: Any = (
+    _msgspec.json.decode if _msgspec is not None else _orjson.loads if _orjson is not None else None
+)
 
 
 def is_json(text: str) -> bool:
     """Whether ``json.loads(text)`` would succeed (same answer, same RecursionError).
 
-    orjson, when installed, decides for text it accepts that cannot nest deep enough to
-    exhaust json's recursion limit: ``json`` accepts everything orjson does except nesting past
-    that limit. Text orjson refuses (NaN, huge numbers, lone surrogates, anything broken) goes
-    to json itself.
+    msgspec or orjson, when installed, decides for text it accepts that cannot nest deep
+    enough to exhaust json's recursion limit: ``json`` accepts everything they do except
+    nesting past that limit. Text they refuse (NaN, huge numbers, lone surrogates, anything
+    broken) goes to json itself.
     """
     if len(text) <= _KNOWN_LENGTH and text in _KNOWN_JSON:
         return True
-    if _orjson is not None and (
+    if _fast_loads is not None and (
         len(text) < 1000 or text.count("[") + text.count("{") < 500  # nesting depth < 500
     ):
         try:
-            _orjson.loads(text)
-        except _orjson.JSONDecodeError:
+            _fast_loads(text)
+        except Exception:  # refused, or anything else: json decides
             pass
         else:
             _remember(text)
