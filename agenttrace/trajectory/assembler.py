@@ -207,16 +207,24 @@ def _build_steps(
     append = steps.append
     returned = _content(reset, sc.OBSERVATION, None, trusted) if reset else None
     previous_index = -1
-    observation_key = sc.OBSERVATION
+    # (the keys as locals: this loop runs once per step)
+    observation_key, action_key, info_key = sc.OBSERVATION, sc.ACTION, sc.INFO
+    timestep_name, act_name, env_step_name = sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP
+    terminated_key, truncated_key, done_key = sc.TERMINATED, sc.TRUNCATED, sc.DONE
+    reward_key, discount_key = sc.REWARD, sc.DISCOUNT
     for index in sorted(parts):
         roles = parts[index]
-        timestep = roles.get(sc.TIMESTEP)
-        act = roles.get(sc.AGENT_ACT)
-        env_step = roles.get(sc.ENV_STEP)
+        timestep = roles.get(timestep_name)
+        act = roles.get(act_name)
+        env_step = roles.get(env_step_name)
         present = [r for r in (timestep, act, env_step) if r is not None]
         merged: dict[str, Any] = {}
+        infos = []
         for record in present:
-            merged.update(record.attributes)
+            attributes = record.attributes
+            merged.update(attributes)
+            if info_key in attributes:
+                infos.append(attributes[info_key])
         own = trusted is not None and all(r.scope_name == trusted for r in present)
 
         seen: Any = _MISSING
@@ -232,12 +240,12 @@ def _build_steps(
             else None
         )
 
-        terminated = merged.get(sc.TERMINATED)
-        truncated = merged.get(sc.TRUNCATED)
+        terminated = merged.get(terminated_key)
+        truncated = merged.get(truncated_key)
         if terminated is None and truncated is None:
-            terminated = merged.get(sc.DONE)
-        reward = merged.get(sc.REWARD)
-        discount = merged.get(sc.DISCOUNT)
+            terminated = merged.get(done_key)
+        reward = merged.get(reward_key)
+        discount = merged.get(discount_key)
         if timestep is not None:
             start, end = timestep.start_time, timestep.end_time
         else:
@@ -248,12 +256,14 @@ def _build_steps(
             Step(
                 index=index,
                 observation=seen,
-                action=_text(merged[sc.ACTION], own) if sc.ACTION in merged else None,
+                action=_text(merged[action_key], own) if action_key in merged else None,
                 reward=None if reward is None else float(reward),
                 terminated=bool(terminated),
                 truncated=bool(truncated),
                 discount=None if discount is None else float(discount),
-                info=_merged_info(present, own),
+                info=(_text(infos[0], own) if infos else None)
+                if len(infos) <= 1
+                else _merged_info(infos, own),
                 start_time=start,
                 end_time=end,
             )
@@ -262,15 +272,12 @@ def _build_steps(
     return steps, returned
 
 
-def _merged_info(present: list[SpanRecord], own: bool) -> Any:
-    """The step's info: one span's as it is; several spans' dicts merged, later roles winning.
+def _merged_info(infos: list[Any], own: bool) -> Any:
+    """The info of a step whose spans have several: dicts merged, later roles winning.
 
-    A runner may record info on its timestep (``is_trainable``) while the env's step records
-    its own; neither should hide the other.
+    (A step with one info takes it as it is.) A runner may record info on its timestep
+    (``is_trainable``) while the env's step records its own; neither should hide the other.
     """
-    infos = [r.attributes[sc.INFO] for r in present if sc.INFO in r.attributes]
-    if len(infos) <= 1:
-        return _text(infos[0], own) if infos else None
     infos = [_text(info, own) for info in infos]
     decoded = [decoded_content(info) for info in infos]
     if not all(isinstance(info, dict) for info in decoded):

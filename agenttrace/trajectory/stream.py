@@ -32,6 +32,7 @@ from agenttrace.trajectory.records import SpanRecord
 _STEP_ROLES = frozenset((sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP))
 _EPISODE_ID = sc.EPISODE_ID
 _TIMESTEP_INDEX = sc.TIMESTEP_INDEX
+_EPISODE = sc.EPISODE
 #: Span keys and ids of written episodes remembered to tell late records from unrelated ones.
 _REMEMBERED = 200_000
 
@@ -71,6 +72,7 @@ class AssemblyCounts:
 class _OpenEpisode:
     order: int  # sequence number of its first record, for finish()'s order
     records: list[SpanRecord] = field(default_factory=list)
+    keys: list[SpanKey] = field(default_factory=list)  # the records' span keys, in order
     ended: bool = False
     length: int | None = None
     steps_seen: set[int] = field(default_factory=set)
@@ -184,15 +186,27 @@ class StreamingAssembler:
         owner = self._owner
         waiting = self._waiting
         records = episode.records
+        keys = episode.keys
         pending: list[SpanRecord] | None = None  # orphans to add, last first
         while True:
-            key = _span_key(record.trace_id, record.span_id)
+            trace_id, span_id = record.trace_id, record.span_id
+            if type(span_id) is int and 0 <= span_id < _SPAN_IDS and type(trace_id) is int:
+                key: SpanKey = trace_id << 64 | span_id if trace_id >= 0 else (trace_id, span_id)
+            else:
+                key = (trace_id, span_id)  # _span_key, inline
             if key in owner:
                 self.counts.duplicates += 1
             else:
                 owner[key] = episode_id
                 records.append(record)
-                self._note(episode, record)
+                keys.append(key)
+                name = record.name  # _note, inline
+                if name in _STEP_ROLES:
+                    index = record.attributes.get(_TIMESTEP_INDEX)
+                    if type(index) is int:
+                        episode.steps_seen.add(index)
+                elif name == _EPISODE and record.end_time is not None:
+                    self._note(episode, record)
                 if waiting:
                     orphans = waiting.pop(key, None)
                     if orphans:
@@ -231,10 +245,10 @@ class StreamingAssembler:
         else:
             self.counts.complete += 1
         written = self._written_spans
-        for record in episode.records:
-            key = _span_key(record.trace_id, record.span_id)
-            del self._owner[key]
-            written[key] = None
+        owner = self._owner
+        for key in episode.keys:
+            del owner[key]
+        written.update(dict.fromkeys(episode.keys))
         self._written_episodes[episode_id] = None
         _forget_oldest(written, _REMEMBERED)
         _forget_oldest(self._written_episodes, _REMEMBERED)
