@@ -458,6 +458,31 @@ def test_one_odd_value_anywhere_reads_the_same(document: Any, data: st.DataObjec
     assert_same_everywhere(dumps(document))
 
 
+_FIELDS = {
+    "stringValue": "s",
+    "intValue": "3",
+    "doubleValue": 1.5,
+    "boolValue": True,
+    "arrayValue": {"values": [{"stringValue": "a"}]},
+    "kvlistValue": {"values": [{"key": "k", "value": {"intValue": "1"}}]},
+    "bytesValue": "QQ==",
+    "madeUpValue": 1,
+}
+
+
+@pytest.mark.parametrize("first", sorted(_FIELDS))
+@pytest.mark.parametrize("second", [None, *sorted(_FIELDS)])
+def test_values_with_several_fields_read_the_same(first: str, second: str | None) -> None:
+    """The checked path reads an AnyValue's first field; structs do not know the order."""
+    value = {first: _FIELDS[first]}
+    if second is not None:
+        value[second] = _FIELDS[second]
+    document = _number_in("intValue", "7")
+    span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"].append({"key": "several", "value": value})
+    assert_same_everywhere(dumps(document))
+
+
 @pytest.mark.parametrize(
     "key",
     ["name", "kind", "parentSpanId", "startTimeUnixNano", "endTimeUnixNano", "attributes",

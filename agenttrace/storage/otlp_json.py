@@ -1152,9 +1152,22 @@ if _msgspec is not None:
     from msgspec import Struct as _Struct
     from msgspec import UnsetType
 
+    class _AnyValue(_Struct, gc=False, forbid_unknown_fields=True):
+        stringValue: Any = _UNSET
+        intValue: Any = _UNSET
+        doubleValue: Any = _UNSET
+        boolValue: Any = _UNSET
+        arrayValue: Any = _UNSET
+        kvlistValue: Any = _UNSET
+        bytesValue: Any = _UNSET
+
     class _KeyValue(_Struct, gc=False):
         key: Any = _UNSET
-        value: Any = _UNSET
+        value: _AnyValue | UnsetType | None = _UNSET
+
+    class _Status(_Struct, gc=False):
+        code: Any = _UNSET
+        message: Any = _UNSET
 
     class _Span(_Struct, gc=False):
         traceId: Any = _UNSET
@@ -1167,7 +1180,7 @@ if _msgspec is not None:
         attributes: list[_KeyValue] | UnsetType | None = _UNSET
         events: Any = _UNSET
         links: Any = _UNSET
-        status: Any = _UNSET
+        status: _Status | UnsetType | None = _UNSET
         flags: Any = _UNSET
 
     class _ScopeSpans(_Struct, gc=False):
@@ -1187,6 +1200,7 @@ if _msgspec is not None:
     ).decode
 else:  # pragma: no cover - exercised by tests that hide msgspec
     _UNSET = object()
+    _AnyValue = None
     _decode_request = None
 
 
@@ -1204,34 +1218,80 @@ def _typed_document(line: str | bytes) -> list[SpanRecord] | None:
 
 
 def _typed_attributes(items: Any) -> dict[str, Any]:
-    """_fast_attributes over msgspec's KeyValue structs (values are plain dicts)."""
+    """_fast_attributes over msgspec's structs. An AnyValue struct does not say in which order
+    its fields came, so only values with exactly one field are read here (the first field
+    decides on the checked path)."""
     if not items:
         return {}
     out: dict[str, Any] = {}
-    missing = _NOTHING
+    unset = _UNSET
+    any_value = _AnyValue
     for item in items:
         key = item.key
-        value = item.value
-        if type(key) is not str or type(value) is not dict:
+        v = item.value
+        if type(key) is not str or type(v) is not any_value:
+            raise _Unusual  # absent or null: the checked path
+        x = v.stringValue
+        if x is not unset:  # most values: checked first, the other fields inline
+            if (
+                type(x) is str
+                and v.intValue is unset
+                and v.doubleValue is unset
+                and v.boolValue is unset
+                and v.arrayValue is unset
+                and v.kvlistValue is unset
+                and v.bytesValue is unset
+            ):
+                out[key] = x
+                continue
             raise _Unusual
-        if len(value) == 1:
-            x = value.get("stringValue", missing)
-            if type(x) is str:
+        if (
+            (v.intValue is unset)
+            + (v.doubleValue is unset)
+            + (v.boolValue is unset)
+            + (v.arrayValue is unset)
+            + (v.kvlistValue is unset)
+            + (v.bytesValue is unset)
+        ) != 5:
+            raise _Unusual  # no value, or several
+        x = v.intValue
+        if x is not unset:
+            t = type(x)
+            if t is str:
+                out[key] = int(x)  # ValueError: unusual
+            elif t is int:
                 out[key] = x
-                continue
-            x = value.get("intValue", missing)
-            if type(x) is str:
-                out[key] = int(x)
-                continue
-            x = value.get("doubleValue", missing)
-            if type(x) is float and -_BIG < x < _BIG:
+            else:
+                raise _Unusual
+            continue
+        x = v.doubleValue
+        if x is not unset:
+            t = type(x)
+            if t is float and -_BIG < x < _BIG:
                 out[key] = x
-                continue
-            x = value.get("boolValue", missing)
-            if type(x) is bool:
-                out[key] = x
-                continue
-        out[key] = _fast_value(value, 0)
+            elif t is int:
+                out[key] = float(x)
+            elif t is str:
+                special = _FLOAT_WORDS.get(x)
+                out[key] = special if special is not None else float(x)
+            else:
+                raise _Unusual
+            continue
+        x = v.boolValue
+        if x is not unset:
+            if type(x) is not bool:
+                raise _Unusual
+            out[key] = x
+            continue
+        x = v.arrayValue
+        if x is not unset:
+            out[key] = _fast_value({"arrayValue": x}, 0)
+            continue
+        x = v.kvlistValue
+        if x is not unset:
+            out[key] = _fast_value({"kvlistValue": x}, 0)
+            continue
+        raise _Unusual  # bytesValue: the checked path
     return out
 
 
@@ -1315,16 +1375,19 @@ def _typed_records(request: Any) -> list[SpanRecord]:
                 kind = kind_name[kind]
 
                 status = span.status
-                if status:
-                    if type(status) is not dict:
-                        raise _Unusual
-                    code = status.get("code", 0)
+                if status is not None and status is not unset:  # {} as well: UNSET, None
+                    code = status.code
                     if type(code) is not int and type(code) is not str:
-                        raise _Unusual
+                        if code is not unset:
+                            raise _Unusual
+                        code = 0
                     status_code = status_name[code]
-                    status_message = status.get("message")
-                    if status_message is not None and type(status_message) is not str:
-                        raise _Unusual
+                    status_message = status.message
+                    if type(status_message) is not str:
+                        if status_message is unset or status_message is None:
+                            status_message = None
+                        else:
+                            raise _Unusual
                 else:
                     status_code, status_message = "UNSET", None
 
