@@ -107,7 +107,7 @@ def apply_damage(good: list[str], plan) -> tuple[list[str], int, int]:
     """(lines of the damaged file, bad lines or spans in it, extra valid episodes in it)."""
     lines = list(good)
     errors = extra_episodes = 0
-    for kind, where, choice, garbage in plan:
+    for number, (kind, where, choice, garbage) in enumerate(plan):
         at = where % (len(lines) + 1)
         source = good[choice % len(good)]
         if kind == "garbage":
@@ -137,7 +137,7 @@ def apply_damage(good: list[str], plan) -> tuple[list[str], int, int]:
                 {"key": "note", "value": {"stringValue": "x" * (100_000 if choice % 2 else 10)}},
             ]
             span = _span_json(
-                traceId="%032x" % (0xABC + extra_episodes),
+                traceId="%032x" % (0xABC + number),
                 name=sc.EPISODE,
                 attributes=attributes,
             )

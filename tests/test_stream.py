@@ -166,3 +166,14 @@ def test_any_order_gives_the_same_trajectories_as_assemble(cartpole_run) -> None
     by_id = {t.episode_id: t for t in StreamingAssembler(grace=None).feed(shuffled)}
     assert by_id == {t.episode_id: t for t in live}
     assert {t.episode_id: t for t in assemble(shuffled)} == by_id
+
+
+def test_a_record_repeating_another_episodes_span_is_a_duplicate(cartpole_run) -> None:
+    live, records = cartpole_run
+    impostor = records[0]._replace(attributes={sc.EPISODE_ID: "someone-else"})
+    assembler = StreamingAssembler(grace=0)
+    assert list(assembler.feed([*records, impostor])) == live
+    assert assembler.counts.duplicates + assembler.counts.late == 1
+    assembler = StreamingAssembler(grace=None)
+    assert list(assembler.feed([records[0], impostor, *records[1:]])) == live
+    assert assembler.counts.duplicates == 1

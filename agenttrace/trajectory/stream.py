@@ -216,6 +216,9 @@ class StreamingAssembler:
             if not pending:
                 break
             record = pending.pop()
+        if not records:  # its only record repeats a span of another episode
+            del self._open[episode_id]
+            return
         if (
             episode.ended
             and episode.due is None
