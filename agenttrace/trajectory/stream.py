@@ -184,6 +184,7 @@ class StreamingAssembler:
         if episode is None:
             episode = self._open[episode_id] = _OpenEpisode(order=sequence)
         owner = self._owner
+        written = self._written_spans
         waiting = self._waiting
         records = episode.records
         keys = episode.keys
@@ -196,6 +197,8 @@ class StreamingAssembler:
                 key = (trace_id, span_id)  # _span_key, inline
             if key in owner:
                 self.counts.duplicates += 1
+            elif key in written:  # a span of an episode already written, under another id
+                self.counts.late += 1
             else:
                 owner[key] = episode_id
                 records.append(record)
