@@ -1592,6 +1592,7 @@ def _line_records(
 _SPAN_FILE = re.compile(r"[^.].*\.(json|jsonl|ndjson)(\.gz)?", re.IGNORECASE)
 _ROTATED = re.compile(r"(.+?)(?:-(\d+))?((?:\.[A-Za-z0-9]+)*)")
 _GZIP_MAGIC = b"\x1f\x8b"
+_READ_BUFFER = 1 << 20  # lines are export batches of up to megabytes; 8 KiB reads cost time
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -1670,7 +1671,7 @@ def _read_paths(
 def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterator[list[SpanRecord]]:
     """The records of one file, a list per line."""
     name = str(path)
-    with open(path, "rb") as raw:
+    with open(path, "rb", buffering=_READ_BUFFER) as raw:
         stream: io.BufferedIOBase = raw
         compressed = path.suffix.lower() == ".gz" or raw.peek(2)[:2] == _GZIP_MAGIC
         try:
@@ -1693,11 +1694,24 @@ def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterato
         first = next(lines, None)
         if first is None:
             return
-        if first.strip() in (b"{", b"["):  # one pretty-printed document, e.g. an API response
-            text = first + b"".join(lines)
+        second = next(lines, None)
+        if _starts_a_document(first, second):  # one pretty-printed document (an API answer)
+            text = first + (second or b"") + b"".join(lines)
             yield _line_records(text, 1, name, report, last=False)
             return
-        yield from _line_lists(_chain(first, lines), name, report)
+        head = (first,) if second is None else (first, second)
+        yield from _line_lists(_chain(head, lines), name, report)
+
+
+def _starts_a_document(first: bytes, second: bytes | None) -> bool:
+    """Whether a file opens like pretty-printed JSON: ``{`` alone, then an indented line.
+
+    A torn line that happens to be just ``{`` followed by ordinary lines is not one, so it
+    costs only itself.
+    """
+    if first.strip() not in (b"{", b"["):
+        return False
+    return second is None or second[:1] in (b" ", b"\t", b'"', b"}", b"]", b"\r", b"\n")
 
 
 def _is_binary(head: bytes) -> bool:
@@ -1712,8 +1726,8 @@ def _is_binary(head: bytes) -> bool:
     return head[:1] == b"\x00"
 
 
-def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
+def _chain(head: tuple[bytes, ...], rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield from head
     yield from rest
 
 

@@ -282,6 +282,8 @@ def as_raw_json(text: str, *, trusted: bool) -> RawJSON | str:
 
 # Short texts that recur in every step ("{}" infos, discrete actions), once they have parsed.
 _KNOWN_JSON: dict[str, None] = {}
+# The last longer text that parsed: a step's observation is the previous step's result.
+_last_json: str | None = None
 _KNOWN_LIMIT = 1024  # entries before the memo starts over
 _KNOWN_LENGTH = 16  # longest text remembered
 _scan_once = json.JSONDecoder().scan_once  # the C scanner json.loads runs, without its frames
@@ -299,7 +301,10 @@ def is_json(text: str) -> bool:
     nesting past that limit. Text they refuse (NaN, huge numbers, lone surrogates, anything
     broken) goes to json itself.
     """
-    if len(text) <= _KNOWN_LENGTH and text in _KNOWN_JSON:
+    if len(text) <= _KNOWN_LENGTH:
+        if text in _KNOWN_JSON:
+            return True
+    elif text == _last_json:
         return True
     if _fast_loads is not None and (
         len(text) < 1000 or text.count("[") + text.count("{") < 500  # nesting depth < 500
@@ -330,10 +335,13 @@ def is_json(text: str) -> bool:
 
 
 def _remember(text: str) -> None:
+    global _last_json
     if len(text) <= _KNOWN_LENGTH:
         if len(_KNOWN_JSON) >= _KNOWN_LIMIT:
             _KNOWN_JSON.clear()
         _KNOWN_JSON[text] = None
+    else:
+        _last_json = text
 
 
 # --- decoding --------------------------------------------------------------------------
