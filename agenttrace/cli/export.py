@@ -15,13 +15,15 @@ Memory is bounded by the episodes open at one time, not by the size of the input
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
+import gc
 import json
 import os
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,15 +248,30 @@ class _EpisodeServices:
     def __init__(self) -> None:
         self.services: dict[str, str | None] = {}
 
-    def watch(self, records: Iterable[SpanRecord]) -> Iterator[SpanRecord]:
+    def watch(
+        self, records: Iterable[SpanRecord], report: ExportReport, tick: Callable[[], None]
+    ) -> Iterator[SpanRecord]:
+        """The records, counted into ``report.spans`` (``tick()`` every 4096), services noted.
+
+        One generator for both, as it runs once per span.
+        """
         services = self.services
-        for record in records:
-            if record.name == sc.EPISODE:
-                episode_id = record.attributes.get(sc.EPISODE_ID)
-                if episode_id is not None:
-                    service = record.resource.get(SERVICE_NAME)
-                    services[str(episode_id)] = None if service is None else str(service)
-            yield record
+        episode = sc.EPISODE
+        count = report.spans
+        try:
+            for record in records:
+                count += 1
+                if not count & 0xFFF:
+                    report.spans = count
+                    tick()
+                if record.name == episode:
+                    episode_id = record.attributes.get(sc.EPISODE_ID)
+                    if episode_id is not None:
+                        service = record.resource.get(SERVICE_NAME)
+                        services[str(episode_id)] = None if service is None else str(service)
+                yield record
+        finally:
+            report.spans = count
 
     def pop(self, episode_id: str) -> str | None:
         return self.services.pop(episode_id, None)
@@ -354,12 +371,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     progress = _progress(err, disabled=args.quiet)
     task = progress.add_task("reading", total=None)
     try:
-        with progress:
+        with progress, _fewer_collections():
 
             def tick() -> None:
                 progress.update(task, description=_progress_text(report, assembler))
 
-            records = restore(services.watch(_counted(source.records(), report, tick)))
+            records = restore(services.watch(source.records(), report, tick))
             for trajectory in assembler.feed(records):
                 reason = episode_filter.reason(trajectory, services.pop(trajectory.episode_id))
                 if reason is not None:
@@ -386,15 +403,23 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_FAILURE if nothing and report.bad_records else EXIT_OK
 
 
-def _counted(
-    records: Iterator[SpanRecord], report: ExportReport, tick: Any
-) -> Iterator[SpanRecord]:
-    """The records, counted; ``tick()`` every few thousand for the progress line."""
-    for record in records:
-        report.spans += 1
-        if not report.spans & 0xFFF:
-            tick()
-        yield record
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Keep the garbage collector off what never becomes garbage during a long export.
+
+    Objects alive before the export (modules, the rest of the program) are frozen out of
+    collections, and the youngest generation is collected less often: the records and
+    trajectories an export makes form no reference cycles, so reference counting frees them
+    either way. Measured: about 10-20 % of the export's time went to collections.
+    """
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(threshold[0], 50_000), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 def _content_restorer(blob_store: str | None) -> Any:
