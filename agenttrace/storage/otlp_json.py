@@ -1616,21 +1616,32 @@ def _has_magic(text: str) -> bool:
     return any(c in text for c in "*?[")
 
 
-def _resolve(source: Source) -> list[Path]:
+def resolve_span_paths(
+    source: Source,
+    *,
+    folder_files: Callable[[Path], list[Path]],
+    order: Callable[[Path], Any],
+    kind: str,
+) -> list[Path]:
+    """The files ``source`` names: a file, a folder (``folder_files`` of it), a glob, or a
+    list of these, each file once, in rotation ``order`` within a glob. Every reader of span
+    files resolves its source here; ``kind`` names the files in the errors."""
     if isinstance(source, (list, tuple)):
         paths: dict[Path, None] = {}  # ordered, each file once
         for item in source:
-            paths.update(dict.fromkeys(_resolve(item)))
+            paths.update(
+                dict.fromkeys(
+                    resolve_span_paths(item, folder_files=folder_files, order=order, kind=kind)
+                )
+            )
         return list(paths)
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError("span source must be a path, a glob or a list of them, got %r" % source)
     path = Path(source)
     if path.is_dir():
-        files = _directory_files(path)
+        files = folder_files(path)
         if not files:
-            raise FileNotFoundError(
-                "no span files (*.json, *.jsonl, *.ndjson, optionally .gz) in directory %s" % path
-            )
+            raise FileNotFoundError("no %s in folder %s" % (kind, path))
         return files
     if path.is_file():
         return [path]
@@ -1639,11 +1650,20 @@ def _resolve(source: Source) -> list[Path]:
 
         found: list[Path] = []
         for match in sorted(glob.glob(source, recursive=True)):
-            found.extend(_directory_files(Path(match)) if os.path.isdir(match) else [Path(match)])
+            found.extend(folder_files(Path(match)) if os.path.isdir(match) else [Path(match)])
         if not found:
             raise FileNotFoundError("no span files match %r" % source)
-        return sorted(found, key=_file_order)
-    raise FileNotFoundError("no such span file or directory: %s" % os.fspath(source))
+        return sorted(dict.fromkeys(found), key=order)
+    raise FileNotFoundError("no such span file or folder: %s" % os.fspath(source))
+
+
+def _resolve(source: Source) -> list[Path]:
+    return resolve_span_paths(
+        source,
+        folder_files=_directory_files,
+        order=_file_order,
+        kind="span files (*.json, *.jsonl, *.ndjson, optionally .gz)",
+    )
 
 
 def read_otlp_json(

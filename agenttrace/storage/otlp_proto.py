@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from functools import lru_cache
@@ -43,11 +42,11 @@ from agenttrace.storage.otlp_json import (
     ErrorHandler,
     Source,
     SpanFormatError,
-    _has_magic,
     _quote,
     _reason,
     decode_document,
     iter_records,
+    resolve_span_paths,
     warn,
 )
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
@@ -534,34 +533,13 @@ def _directory_files(folder: Path) -> list[Path]:
 
 
 def _resolve(source: Source) -> list[Path]:
-    if isinstance(source, (list, tuple)):
-        paths: dict[Path, None] = {}  # ordered, each file once
-        for item in source:
-            paths.update(dict.fromkeys(_resolve(item)))
-        return list(paths)
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError("span source must be a path, a glob or a list of them, got %r" % source)
-    path = Path(source)
-    if path.is_dir():
-        files = _directory_files(path)
-        if not files:
-            raise FileNotFoundError(
-                "no length-prefixed span files (%s, or any file that starts like one) in "
-                "directory %s" % (", ".join("*" + s for s in sorted(_SUFFIXES)), path)
-            )
-        return files
-    if path.is_file():
-        return [path]
-    if isinstance(source, str) and _has_magic(source):
-        import glob
-
-        found: list[Path] = []
-        for match in sorted(glob.glob(source, recursive=True)):
-            found.extend(_directory_files(Path(match)) if os.path.isdir(match) else [Path(match)])
-        if not found:
-            raise FileNotFoundError("no span files match %r" % source)
-        return sorted(found, key=_rotation_order)
-    raise FileNotFoundError("no such span file or directory: %s" % os.fspath(source))
+    return resolve_span_paths(
+        source,
+        folder_files=_directory_files,
+        order=_rotation_order,
+        kind="length-prefixed span files (%s, or any file that starts like one)"
+        % ", ".join("*" + s for s in sorted(_SUFFIXES)),
+    )
 
 
 def read_otlp_proto(

@@ -17,8 +17,6 @@ search, so only matching traces are fetched; files are read whole and filtered a
 
 from __future__ import annotations
 
-import glob
-import os
 import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -27,7 +25,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agenttrace.storage.otlp_json import ErrorHandler, read_otlp_json, warn
+from agenttrace.storage.otlp_json import (
+    ErrorHandler,
+    read_otlp_json,
+    resolve_span_paths,
+    warn,
+)
 from agenttrace.storage.otlp_json import _file_order as file_order
 from agenttrace.trajectory.records import SpanRecord
 
@@ -90,22 +93,7 @@ def span_files(text: str) -> list[Path]:
     A folder gives its span files: OTLP/JSON (``.json``, ``.jsonl``, ``.ndjson``) and the
     Collector's protobuf (``.pb``, ``.proto``, ``.bin``), each optionally ``.gz``/``.zst``.
     """
-    path = Path(text)
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = _folder_files(path)
-        if not files:
-            raise FileNotFoundError(f"no span files in folder {path}")
-        return files
-    if any(c in text for c in "*?["):
-        found: list[Path] = []
-        for match in sorted(glob.glob(text, recursive=True)):
-            found.extend(_folder_files(Path(match)) if os.path.isdir(match) else [Path(match)])
-        if not found:
-            raise FileNotFoundError(f"no span files match {text!r}")
-        return sorted(dict.fromkeys(found), key=file_order)
-    raise FileNotFoundError(f"no such span file or folder: {text}")
+    return resolve_span_paths(text, folder_files=_folder_files, order=file_order, kind="span files")
 
 
 def _folder_files(folder: Path) -> list[Path]:
