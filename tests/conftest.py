@@ -71,19 +71,14 @@ SERVICE = "cartpole-run"
 TOKEN = "backend-test-token-123"
 
 
-@pytest.fixture(scope="session")
-def cartpole_run(tmp_path_factory) -> tuple[list, list]:
-    """Three CartPole episodes traced with the API: (live trajectories, span records)."""
-    out = tmp_path_factory.mktemp("run")
-    runtime = at.configure(
-        out=str(out), run_name="storage", sinks=["jsonl"], spans=["file"], service_name=SERVICE
-    )
+def play_cartpole(episodes: int, max_steps: int) -> None:
+    """CartPole episodes (seeds 0, 1, ...) traced with the API by the default pipeline."""
     env = gym.make("CartPole-v1")
-    for seed in range(3):
+    for seed in range(episodes):
         with at.episode(env=env, seed=seed, task_id=f"task-{seed}"):
             with at.env_reset() as reset:
                 obs, _ = reset.record_result(env.reset(seed=seed))
-            for _ in range(30):
+            for _ in range(max_steps):
                 with at.timestep():
                     with at.agent_act() as act:
                         action = int(obs[2] > 0)
@@ -93,6 +88,16 @@ def cartpole_run(tmp_path_factory) -> tuple[list, list]:
                         obs, _, terminated, truncated, _ = step.record_result(env.step(action))
                 if terminated or truncated:
                     break
+
+
+@pytest.fixture(scope="session")
+def cartpole_run(tmp_path_factory) -> tuple[list, list]:
+    """Three CartPole episodes traced with the API: (live trajectories, span records)."""
+    out = tmp_path_factory.mktemp("run")
+    runtime = at.configure(
+        out=str(out), run_name="storage", sinks=["jsonl"], spans=["file"], service_name=SERVICE
+    )
+    play_cartpole(episodes=3, max_steps=30)
     result = read_run(runtime)
     at.shutdown()
     assert len(result.live) == 3 and result.offline == result.live

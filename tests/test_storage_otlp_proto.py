@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import pytest
 import zstandard
+from conftest import play_cartpole
 from google.protobuf.json_format import MessageToDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -206,21 +206,7 @@ def run(tmp_path_factory) -> tuple[list[at.Trajectory], list[ReadableSpan]]:
         sinks=["jsonl"],
         tracer_provider=provider,
     )
-    env = gym.make("CartPole-v1")
-    for seed in range(3):
-        with at.episode(env=env, seed=seed, task_id=f"task-{seed}"):
-            with at.env_reset() as reset:
-                obs, _ = reset.record_result(env.reset(seed=seed))
-            for _ in range(20):
-                with at.timestep():
-                    with at.agent_act() as act:
-                        action = int(obs[2] > 0)
-                        act.record(observation=obs, action=action)
-                    with at.env_step() as step:
-                        step.record(action=action)
-                        obs, _, terminated, truncated, _ = step.record_result(env.step(action))
-                if terminated or truncated:
-                    break
+    play_cartpole(episodes=3, max_steps=20)
     runtime.shutdown()
     live = load_trajectories(runtime.trajectory_paths)
     at.shutdown()

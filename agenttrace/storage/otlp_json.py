@@ -1752,15 +1752,19 @@ def _chain(head: tuple[bytes, ...], rest: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def _safe_lines(
-    stream: io.BufferedIOBase, name: str, report: Callable[[SpanFormatError], None]
+    stream: io.BufferedIOBase,
+    name: str,
+    report: Callable[[SpanFormatError], None],
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error),
 ) -> Iterator[bytes]:
-    """The lines of ``stream``; a truncated or corrupt gzip stream ends them with one report."""
+    """The lines of ``stream``; a truncated or corrupt compressed stream (one of ``errors``
+    while reading) ends them with one report."""
     count = 0
     try:
         for line in stream:
             count += 1
             yield line
-    except (OSError, EOFError, zlib.error) as error:
+    except errors as error:
         report(
             SpanFormatError(
                 "compressed data ends or breaks after line %d: %s" % (count, error), source=name

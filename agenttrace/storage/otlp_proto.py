@@ -44,6 +44,7 @@ from agenttrace.storage.otlp_json import (
     SpanFormatError,
     _quote,
     _reason,
+    _safe_lines,
     decode_document,
     iter_records,
     resolve_span_paths,
@@ -459,7 +460,11 @@ def _read_file(
         try:
             head = stream.peek(1)[:1]
             if head in (b"{", b" ", b"\t", b"\r", b"\n"):
-                yield from iter_records(_lines(stream, name, report), source=name, on_error=report)
+                yield from iter_records(
+                    _safe_lines(stream, name, report, (Exception,)),  # zstandard.ZstdError
+                    source=name,
+                    on_error=report,
+                )
             else:
                 yield from _frames(stream, name, report, limit)  # type: ignore[arg-type]
         except zstandard.ZstdError as error:
@@ -482,22 +487,6 @@ class _Decompressed(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         return self._reader.readinto1(buffer)
-
-
-def _lines(
-    stream: io.BufferedReader, name: str, report: Callable[[SpanFormatError], None]
-) -> Iterator[bytes]:
-    count = 0
-    try:
-        for line in stream:
-            count += 1
-            yield line
-    except Exception as error:  # zstandard.ZstdError: corrupt compressed data
-        report(
-            SpanFormatError(
-                "compressed data breaks after line %d: %s" % (count, error), source=name
-            )
-        )
 
 
 def _rotation_order(path: Path) -> tuple[str, str, int, str, int]:
