@@ -72,6 +72,7 @@ EXPORT_CONTENT_CHOICES = ("full", "truncate", "ref", "none")
 EXPORT_MAX_BYTES_DEFAULT = 2000
 EXPORT_MAX_BYTES_MIN = 64
 WRITER_CHOICES = ("auto", "process", "thread")
+METRICS_CHOICES = ("auto", "otlp", "none")
 PROPAGATE_CHOICES = ("threads", "httpx", "aiohttp")
 
 SETTINGS: tuple[Setting, ...] = (
@@ -112,6 +113,17 @@ SETTINGS: tuple[Setting, ...] = (
         "Where spans go, comma-separated. Default: file, plus otlp when an "
         "OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set and agenttrace owns the provider.",
         SPAN_EXPORT_CHOICES,
+    ),
+    Setting(
+        "metrics",
+        "AGENTTRACE_METRICS",
+        str,
+        "auto",
+        "Episode metrics (docs/metrics.md): auto records them on the meter_provider given to "
+        "configure(), else on the global one when it is an SDK MeterProvider, else sends them "
+        "over OTLP when an OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT is set and agenttrace owns "
+        "the tracer provider; otlp always sends them over OTLP; none records nothing.",
+        METRICS_CHOICES,
     ),
     Setting(
         "content",
@@ -263,6 +275,7 @@ class Settings:
     run_name: str | None
     sinks: tuple[str, ...]
     spans: tuple[str, ...] | None
+    metrics: str
     content: str
     export_content: str
     export_max_bytes: int

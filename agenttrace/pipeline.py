@@ -4,11 +4,13 @@
 API; without a call, the first span configures from the environment. The TracerProvider is,
 in order: the one passed in; the global one when it is an SDK provider (agenttrace adds its
 processors to it and never replaces it); else a private provider that only agenttrace uses.
+Episode metrics pick their MeterProvider the same way (docs/metrics.md).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import logging
 import os
 import sys
@@ -17,7 +19,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -25,6 +29,7 @@ from agenttrace import config
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
+from agenttrace.processing.metrics import EpisodeMetrics
 from agenttrace.processing.span_content import ContentPolicyExporter
 from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
@@ -39,6 +44,7 @@ from agenttrace.trajectory.model import Trajectory
 logger = logging.getLogger("agenttrace")
 
 _OTLP_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_OTLP_METRICS_ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 class AgentTrace:
@@ -49,6 +55,7 @@ class AgentTrace:
         settings: config.Settings,
         *,
         tracer_provider: TracerProvider | None = None,
+        meter_provider: Any | None = None,
         extra_sinks: Iterable[Sink | Callable[[Trajectory], None]] = (),
     ) -> None:
         self.settings = settings
@@ -58,6 +65,8 @@ class AgentTrace:
         self.run_dir: Path | None = None
         self.span_processors: list[LosslessSpanProcessor] = []
         self.trajectory_processor: TrajectoryProcessor | None = None
+        self.metrics: EpisodeMetrics | None = None
+        self.owned_meter_provider: MeterProvider | None = None
         self._shut_down = False
         self.provider, self.owns_provider = _choose_provider(tracer_provider, settings)
         self.tracer = self.provider.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__)
@@ -79,8 +88,18 @@ class AgentTrace:
         )
         user_sinks = list(extra_sinks)
         in_ray_worker = _in_ray_worker()
+        chosen_meter_provider = self._choose_meter_provider(meter_provider)
+        if chosen_meter_provider is not None:
+            self.metrics = EpisodeMetrics(chosen_meter_provider)
+        writer = _make_writer(
+            spec,
+            user_sinks,
+            settings.writer,
+            in_ray_worker=in_ray_worker,
+            on_summary=self.metrics.record if self.metrics is not None else None,
+        )
         self.trajectory_processor = TrajectoryProcessor(
-            writer=_make_writer(spec, user_sinks, settings.writer, in_ray_worker=in_ray_worker),
+            writer=writer,
             max_open_episodes=settings.max_open_episodes,
             max_spans_per_episode=settings.max_spans_per_episode,
             idle_timeout=settings.idle_timeout,
@@ -93,7 +112,7 @@ class AgentTrace:
         )
         self.provider.add_span_processor(self.trajectory_processor)
         if "otlp" in targets:
-            exporter = _otlp_span_exporter()
+            exporter = _otlp_exporter("traces")
             processor = LosslessSpanProcessor(
                 export_policy(exporter) if export_policy is not None else exporter,
                 max_queue=settings.queue_size,
@@ -103,6 +122,33 @@ class AgentTrace:
             self.span_processors.append(processor)
 
     # --- construction ---------------------------------------------------------------------
+
+    def _choose_meter_provider(self, explicit: Any | None) -> Any | None:
+        """Where episode metrics go: see the ``metrics`` setting; None records none."""
+        mode = self.settings.metrics
+        if mode == "none":
+            return None
+        if explicit is not None and mode == "auto":
+            if not callable(getattr(explicit, "get_meter", None)):
+                raise config.ConfigError(
+                    "meter_provider must be an OpenTelemetry MeterProvider, "
+                    f"got {type(explicit).__name__}"
+                )
+            return explicit
+        if mode == "auto":
+            current = metrics.get_meter_provider()
+            if isinstance(current, MeterProvider):
+                return current
+            wanted = self.owns_provider and any(
+                os.environ.get(v) for v in _OTLP_METRICS_ENDPOINT_VARS
+            )
+            if not wanted:
+                return None
+        reader = PeriodicExportingMetricReader(_otlp_exporter("metrics"))
+        self.owned_meter_provider = MeterProvider(
+            metric_readers=[reader], resource=self.provider.resource, shutdown_on_exit=False
+        )
+        return self.owned_meter_provider
 
     def _ensure_run_dir(self) -> Path:
         if self.run_dir is None:
@@ -155,7 +201,10 @@ class AgentTrace:
             return True
         ok = all(p.force_flush(timeout_millis) for p in self.span_processors)
         assert self.trajectory_processor is not None
-        return self.trajectory_processor.force_flush(timeout_millis) and ok
+        ok = self.trajectory_processor.force_flush(timeout_millis) and ok
+        if self.owned_meter_provider is not None:
+            ok = self.owned_meter_provider.force_flush(timeout_millis) and ok
+        return ok
 
     def shutdown(self) -> None:
         """Flush, write still-open episodes as incomplete, close files. Idempotent."""
@@ -168,6 +217,8 @@ class AgentTrace:
             processor.shutdown()
         if self.owns_provider:
             self.provider.shutdown()
+        if self.owned_meter_provider is not None:  # after the writer: its last episodes count
+            self.owned_meter_provider.shutdown()
 
     def stats(self) -> dict[str, Any]:
         """Counters for the run summary, including every kind of loss."""
@@ -186,6 +237,9 @@ class AgentTrace:
         stats["export_content_truncated"] = sum(e.truncated for e in policies)
         stats["export_content_blobs"] = sum(e.blobs for e in policies)
         stats["export_content_blob_failures"] = sum(e.blob_failures for e in policies)
+        stats["metrics_failures"] = stats.get("episodes_failed_metrics", 0) + (
+            self.metrics.failures if self.metrics is not None else 0
+        )
         return stats
 
 
@@ -200,6 +254,7 @@ def _make_writer(
     mode: str,
     *,
     in_ray_worker: bool,
+    on_summary: Callable[[Any], None] | None = None,
 ) -> EpisodeWriter | RemoteWriter:
     """In a helper process when asked (or on auto, when it can run every sink), else here."""
     if mode == "auto":
@@ -212,8 +267,10 @@ def _make_writer(
         )
         mode = "thread"
     if mode == "process":
-        return RemoteWriter(spec)
-    return EpisodeWriter.from_spec(spec, [as_sink(sink) for sink in user_sinks])
+        return RemoteWriter(spec, on_summary=on_summary)
+    return EpisodeWriter.from_spec(
+        spec, [as_sink(sink) for sink in user_sinks], on_summary=on_summary
+    )
 
 
 def _in_ray_worker() -> bool:
@@ -275,21 +332,31 @@ def _export_policy(settings: config.Settings) -> Callable[[Any], Any] | None:
     return wrap
 
 
-def _otlp_span_exporter() -> Any:
+#: Module and class of the OTLP exporter of each signal, under ...otlp.proto.{grpc,http}.
+_OTLP_EXPORTERS = {
+    "traces": ("trace_exporter", "OTLPSpanExporter"),
+    "metrics": ("metric_exporter", "OTLPMetricExporter"),
+}
+
+
+def _otlp_exporter(signal: str) -> Any:
+    """The OTLP exporter of ``signal`` for the protocol the OTEL_* variables name."""
     protocol = (
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     )
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        transport = "grpc"
     elif protocol in ("http/protobuf", "http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        transport = "http"
     else:
         raise config.ConfigError(
             f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: agenttrace supports grpc and http/protobuf"
         )
-    return OTLPSpanExporter()
+    module_name, class_name = _OTLP_EXPORTERS[signal]
+    module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transport}.{module_name}")
+    return getattr(module, class_name)()
 
 
 # --- the default instance -------------------------------------------------------------------
@@ -301,6 +368,7 @@ _default_lock = threading.Lock()
 def configure(
     *,
     tracer_provider: TracerProvider | None = None,
+    meter_provider: Any | None = None,
     sinks: Iterable[str | Sink | Callable[[Trajectory], None]] | None = None,
     **options: Any,
 ) -> AgentTrace:
@@ -309,8 +377,9 @@ def configure(
     Every option (``out``, ``run_name``, ``content``, ... see docs/configuration.md) may be
     given here or as its ``AGENTTRACE_*`` variable; arguments win. ``sinks`` mixes built-in
     sink names (``"jsonl"``, ``"parquet"``, ``"jsondir"``, ``"otlp"``) with sink objects or
-    plain callables; given, it replaces ``AGENTTRACE_SINKS``. A previous default pipeline is
-    shut down first, so its files are complete.
+    plain callables; given, it replaces ``AGENTTRACE_SINKS``. ``meter_provider`` receives the
+    episode metrics (else the global SDK one, or OTLP; see the ``metrics`` setting). A previous
+    default pipeline is shut down first, so its files are complete.
     """
     global _default
     extra: list[Sink | Callable[[Trajectory], None]] = []
@@ -323,7 +392,9 @@ def configure(
         previous, _default = _default, None
     if previous is not None:
         previous.shutdown()
-    instance = AgentTrace(settings, tracer_provider=tracer_provider, extra_sinks=extra)
+    instance = AgentTrace(
+        settings, tracer_provider=tracer_provider, meter_provider=meter_provider, extra_sinks=extra
+    )
     with _default_lock:
         _default = instance
     return instance

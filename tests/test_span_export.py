@@ -27,10 +27,11 @@ class _Collector:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest.FromString(body)
-                for resource_spans in request.resource_spans:
-                    for scope_spans in resource_spans.scope_spans:
-                        collector.spans.extend(scope_spans.spans)
+                if self.path == "/v1/traces":  # agenttrace's metrics go to /v1/metrics
+                    request = ExportTraceServiceRequest.FromString(body)
+                    for resource_spans in request.resource_spans:
+                        for scope_spans in resource_spans.scope_spans:
+                            collector.spans.extend(scope_spans.spans)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.end_headers()

@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from agenttrace import semconv as sc
 from agenttrace.processing._worker import BackgroundWorker
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
+from agenttrace.processing.metrics import EpisodeMetrics
 from agenttrace.processing.writer import EpisodeWriter, FinishedEpisode, report_paths
 from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
@@ -86,11 +87,19 @@ class TrajectoryProcessor(SpanProcessor):
         check_interval: float = 1.0,
         flush_each_episode: bool = False,
         foreign_spans: ForeignSpanPolicy | None = None,
+        meter_provider: Any | None = None,
     ) -> None:
         if writer is None:
-            writer = EpisodeWriter([as_sink(sink) for sink in sinks], span_writer)
-        elif sinks or span_writer is not None:
-            raise TypeError("give either a writer or sinks and a span_writer, not both")
+            metrics = EpisodeMetrics(meter_provider) if meter_provider is not None else None
+            writer = EpisodeWriter(
+                [as_sink(sink) for sink in sinks],
+                span_writer,
+                on_summary=metrics.record if metrics is not None else None,
+            )
+        elif sinks or span_writer is not None or meter_provider is not None:
+            raise TypeError(
+                "give either a writer, or sinks, a span_writer and a meter_provider; not both"
+            )
         self.writer = writer
         # Spans of other instrumentations follow agenttrace's content policy (secrets, content).
         self._foreign = foreign_spans or ForeignSpanPolicy()
@@ -301,6 +310,7 @@ class TrajectoryProcessor(SpanProcessor):
         stats["episodes_open"] = open_now
         stats["sink_errors"] = report["sink_errors"]
         stats["spans_written"] = report["spans_written"]
+        stats["episodes_failed_metrics"] = report.get("episodes_failed_metrics", 0)
         stats["internal_errors"] = counts.get("internal_errors", 0) + self._worker.errors
         return stats
 

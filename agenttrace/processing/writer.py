@@ -13,11 +13,12 @@ import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from agenttrace import semconv as sc
+from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.sinks.base import Sink
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.assembler import build_trajectory
@@ -53,6 +54,7 @@ class SinkSpec(NamedTuple):
 class WriterSpec(NamedTuple):
     sinks: tuple[SinkSpec, ...] = ()
     span_file: Mapping[str, Any] | None = None  # OtlpJsonLinesWriter options, or no span file
+    summaries: bool = False  # summarize each episode for metrics (processing.metrics)
 
 
 def build_sink(spec: SinkSpec) -> Sink:
@@ -83,6 +85,7 @@ REPORT_COUNTERS = (
     "spans_written",
     "spans_failed_write",
     "episodes_failed_assembly",
+    "episodes_failed_metrics",
 )
 
 
@@ -113,10 +116,16 @@ class EpisodeWriter:
     """Writes span records to the span file and finished episodes to the sinks."""
 
     def __init__(
-        self, sinks: Iterable[Sink] = (), span_writer: OtlpJsonLinesWriter | None = None
+        self,
+        sinks: Iterable[Sink] = (),
+        span_writer: OtlpJsonLinesWriter | None = None,
+        *,
+        on_summary: Callable[[EpisodeSummary], None] | None = None,
     ) -> None:
         self.sinks = list(sinks)
         self.span_writer = span_writer
+        # Gets each written episode's summary (metrics are recorded where the MeterProvider is).
+        self.on_summary = on_summary
         self._lock = threading.Lock()  # report() may run on another thread
         self._counts: Counter[str] = Counter()
         self._statuses: Counter[str] = Counter()
@@ -127,7 +136,13 @@ class EpisodeWriter:
         return self.span_writer is not None
 
     @classmethod
-    def from_spec(cls, spec: WriterSpec, extra_sinks: Iterable[Sink] = ()) -> EpisodeWriter:
+    def from_spec(
+        cls,
+        spec: WriterSpec,
+        extra_sinks: Iterable[Sink] = (),
+        *,
+        on_summary: Callable[[EpisodeSummary], None] | None = None,
+    ) -> EpisodeWriter:
         built: list[Any] = []
         try:
             span_writer = OtlpJsonLinesWriter(**spec.span_file) if spec.span_file else None
@@ -141,7 +156,7 @@ class EpisodeWriter:
                     output.close()
             raise
         sinks = built[1:] if span_writer is not None else built
-        return cls([*sinks, *extra_sinks], span_writer)
+        return cls([*sinks, *extra_sinks], span_writer, on_summary=on_summary)
 
     def write(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
         """One batch: span-only items (lists of records) and finished episodes."""
@@ -180,6 +195,16 @@ class EpisodeWriter:
                 sink.write(trajectory)
             except Exception as exc:
                 self._output_failed(sink, exc)
+        if self.on_summary is not None:
+            try:
+                self.on_summary(summarize(trajectory))
+            except Exception:
+                self._add("episodes_failed_metrics")
+                if self._counts["episodes_failed_metrics"] == 1:
+                    logger.exception(
+                        "agenttrace: no metrics for episode %r (later failures are counted)",
+                        episode.episode_id,
+                    )
 
     def _write_spans(self, records: list[SpanRecord]) -> None:
         writer = self.span_writer

@@ -17,7 +17,9 @@ been sent but had not confirmed are counted as lost (``*_lost_writer_crash``).
 
 Messages are ``(operation, writer id, payload)`` tuples, marshalled (pickled if they hold
 other objects), each framed by an 8-byte length. Parent to helper: open, write, flush,
-close. Helper to parent: opened, progress (after every write batch), flushed, closed, log.
+close. Helper to parent: opened, progress (after every write batch), flushed, closed, log,
+and summaries (episode summaries for the metrics, which are recorded in the parent, where
+the MeterProvider is; sent before the progress or flush reply they belong to).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from agenttrace.processing.metrics import EpisodeSummary
 from agenttrace.processing.writer import (
     EpisodeWriter,
     FinishedEpisode,
@@ -288,8 +291,15 @@ class RemoteWriter:
     helper cannot start or dies, a local EpisodeWriter built from the same spec takes over.
     """
 
-    def __init__(self, spec: WriterSpec, *, open_timeout: float = 60.0) -> None:
-        self._spec = spec
+    def __init__(
+        self,
+        spec: WriterSpec,
+        *,
+        open_timeout: float = 60.0,
+        on_summary: Callable[[EpisodeSummary], None] | None = None,
+    ) -> None:
+        self._spec = spec._replace(summaries=on_summary is not None)
+        self._on_summary = on_summary
         self._open_timeout = open_timeout
         self._local: EpisodeWriter | None = None
         self._remote_report = empty_report()
@@ -333,7 +343,13 @@ class RemoteWriter:
             raise HelperUnavailable(f"no reply to {operation!r} from the writer process")
 
     def _reply(self, operation: str, payload: Any) -> None:
-        """Called on the reply thread: an error text for "opened", else the writer's report."""
+        """Called on the reply thread: episode summaries, an error text for "opened", else
+        the writer's report."""
+        if operation == "summaries":
+            if self._on_summary is not None:
+                for summary in payload:
+                    self._on_summary(summary)
+            return
         if operation == "opened":
             self._open_error = payload
         else:
@@ -350,7 +366,8 @@ class RemoteWriter:
             event.set()
 
     def _go_local(self, reason: str) -> None:
-        local = EpisodeWriter.from_spec(self._spec)  # a sink that cannot open raises here
+        # A sink that cannot open raises here.
+        local = EpisodeWriter.from_spec(self._spec, on_summary=self._on_summary)
         lost_episodes = max(0, self._sent["episodes"] - self._remote_report["episodes_done"])
         lost_spans = max(0, self._sent["spans"] - self._remote_report["spans_done"])
         self._lost["episodes"] += lost_episodes
@@ -480,13 +497,14 @@ def serve() -> None:
     )
 
     writers: dict[int, EpisodeWriter] = {}
+    pending: dict[int, list[EpisodeSummary]] = {}  # summaries not yet sent, by writer
     while True:
         message = _read_frame(requests)
         if message is None:
             break
         operation, writer_id, payload = message
         try:
-            _handle(operation, writer_id, payload, writers, send)
+            _handle(operation, writer_id, payload, writers, pending, send)
         except Exception:
             agenttrace_logger.exception("agenttrace: the writer process failed at %s", operation)
     for writer in writers.values():  # the parent went away: finish what we have
@@ -498,11 +516,15 @@ def _handle(
     writer_id: int,
     payload: Any,
     writers: dict[int, EpisodeWriter],
+    pending: dict[int, list[EpisodeSummary]],
     send: Callable[[Any], None],
 ) -> None:
     if operation == "open":
+        summaries = pending[writer_id] = []
         try:
-            writers[writer_id] = EpisodeWriter.from_spec(payload)
+            writers[writer_id] = EpisodeWriter.from_spec(
+                payload, on_summary=summaries.append if payload.summaries else None
+            )
         except Exception as exc:
             send(("opened", writer_id, f"{type(exc).__name__}: {exc}"))
         else:
@@ -511,11 +533,16 @@ def _handle(
     writer = writers[writer_id]
     if operation == "write":
         writer.write(_from_wire(payload))
-        send(("progress", writer_id, writer.report()))
     elif operation == "flush":
         writer.flush()
-        send(("flushed", writer_id, writer.report()))
     elif operation == "close":
         del writers[writer_id]
         writer.close()
-        send(("closed", writer_id, writer.report()))
+    summaries = pending[writer_id]
+    if summaries:
+        send(("summaries", writer_id, summaries[:]))
+        summaries.clear()
+    if operation == "close":
+        del pending[writer_id]
+    reply = {"write": "progress", "flush": "flushed", "close": "closed"}[operation]
+    send((reply, writer_id, writer.report()))
