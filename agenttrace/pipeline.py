@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -66,7 +64,7 @@ class AgentTrace:
         self.span_processors: list[LosslessSpanProcessor] = []
         self.trajectory_processor: TrajectoryProcessor | None = None
         self.metrics: EpisodeMetrics | None = None
-        self.owned_meter_provider: MeterProvider | None = None
+        self.owned_meter_provider: Any | None = None  # an SDK MeterProvider agenttrace made
         self._shut_down = False
         self.provider, self.owns_provider = _choose_provider(tracer_provider, settings)
         self.tracer = self.provider.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__)
@@ -125,6 +123,11 @@ class AgentTrace:
 
     def _choose_meter_provider(self, explicit: Any | None) -> Any | None:
         """Where episode metrics go: see the ``metrics`` setting; None records none."""
+        # Imported here: the SDK's metrics package costs 30 ms, which `agenttrace export` and
+        # runs without metrics need not pay.
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
         mode = self.settings.metrics
         if mode == "none":
             return None

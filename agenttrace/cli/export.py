@@ -383,7 +383,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
                     report.filtered[reason] += 1
                 else:
                     emit(trajectory)
-                progress.update(task, description=_progress_text(report, assembler))
+            tick()  # the progress line shows spans every 4096, and the final count here
     except KeyboardInterrupt:
         writer.discard()
         err.print("agenttrace export: interrupted; no output file written")
