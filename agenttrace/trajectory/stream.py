@@ -21,7 +21,7 @@ records and are then counted as ``unrelated``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agenttrace import semconv as sc
@@ -109,12 +109,9 @@ class StreamingAssembler:
     def open_episodes(self) -> int:
         return len(self._open)
 
-    def add(self, record: SpanRecord) -> list[Trajectory]:
-        """Take one record; return the trajectories that became due (usually none)."""
-        return self._add(record) or []
-
-    def _add(self, record: SpanRecord) -> list[Trajectory] | None:
-        """:meth:`add`, giving None instead of a new empty list (once per record)."""
+    def add(self, record: SpanRecord) -> Sequence[Trajectory]:
+        """Take one record; return the trajectories that became due (usually none: a shared
+        empty tuple, as this runs once per record)."""
         counts = self.counts
         counts.records += 1
         sequence = counts.records
@@ -128,21 +125,21 @@ class StreamingAssembler:
                 counts.late += 1
             else:
                 self._attach(episode_id, record, sequence)
-        done: list[Trajectory] | None = None
+        done: Sequence[Trajectory] = _NOTHING
         due = self._due
         if due and due[0][0] <= sequence:
-            done = []
+            done = written = []
             while due and due[0][0] <= sequence:
                 _, episode_id = due.popleft()
                 if episode_id in self._open:
-                    done.append(self._write(episode_id))
+                    written.append(self._write(episode_id))
         if self._waiting_since and self._waiting_since[0][0] < sequence - self._orphan_window:
             self._expire_orphans(sequence - self._orphan_window)
         return done
 
     def feed(self, records: Iterable[SpanRecord]) -> Iterator[Trajectory]:
         """All trajectories of ``records``: each as it completes, then the rest at the end."""
-        add = self._add
+        add = self.add
         for record in records:
             done = add(record)
             if done:
@@ -267,6 +264,9 @@ class StreamingAssembler:
             orphans = self._waiting.pop(key, None)
             if orphans:
                 self.counts.unrelated += len(orphans)
+
+
+_NOTHING: tuple[Trajectory, ...] = ()
 
 
 def _is_complete(episode: _OpenEpisode) -> bool:
