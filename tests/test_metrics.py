@@ -261,6 +261,8 @@ def test_demo_sends_its_metrics_over_otlp_when_an_endpoint_is_set(tmp_path, rece
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+    assert f"episode metrics sent over OTLP to {receiver.endpoint}" in result.stdout
+    assert "spans over OTLP to" in result.stdout
     expected = {
         m.EPISODES,
         m.EPISODE_RETURNS,

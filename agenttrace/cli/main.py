@@ -12,6 +12,7 @@ import asyncio
 import datetime as _dt
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -230,7 +231,10 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     ):
         for path in paths:
             out.print(f"{label + ':':<14}{escape(str(path))}")
-    problems = _report_losses(runtime.stats(), out)
+    stats = runtime.stats()
+    for line in _backend_lines(runtime, stats):
+        out.print(line)
+    problems = _report_losses(stats, out)
     for error in read_errors:
         out.print(f"[bold red]UNREADABLE[/] {escape(str(error))}")
         problems += 1
@@ -241,6 +245,21 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     if not problems and runtime.trajectory_paths:
         out.print(f"Next: agenttrace inspect {escape(str(runtime.trajectory_paths[0]))}")
     return EXIT_FAILURE if problems else EXIT_OK
+
+
+def _backend_lines(runtime: at.AgentTrace, stats: dict[str, Any]) -> list[str]:
+    """Where spans and metrics went besides the files (a collector, docs/metrics.md)."""
+    lines = []
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "the OTLP endpoint")
+    if stats.get("spans_exported"):
+        where = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+        lines.append(f"{'exported:':<14}{stats['spans_exported']} spans over OTLP to {where}")
+    if runtime.owned_meter_provider is not None:
+        where = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint)
+        lines.append(f"{'metrics:':<14}episode metrics sent over OTLP to {where}")
+    elif runtime.metrics is not None:
+        lines.append(f"{'metrics:':<14}episode metrics recorded on your MeterProvider")
+    return [escape(line) for line in lines]
 
 
 def _run_with_progress(
