@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run N episodes of a toy task ('reach the target number') played by a "
         "scripted agent whose every step makes one GenAI chat span, K episodes at a time on "
         "asyncio. Writes trajectories.jsonl and spans.jsonl (OTLP/JSON) to a new run folder, "
-        "then prints a summary read back from the files. No network, no model.",
+        "then prints a summary read back from the files. No model, and no network unless "
+        "OTEL_EXPORTER_OTLP_ENDPOINT is set: then spans and episode metrics go there too.",
         epilog="Exit status: 0 success; 1 something was lost or could not be written; "
         "2 bad arguments or settings; 130 interrupted (Ctrl-C: episodes in flight are "
         "recorded as cancelled and the summary is still printed).",
@@ -188,7 +189,9 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     concurrency = min(args.concurrency, args.episodes)
 
     try:
-        runtime = at.configure(out=settings.out, run_name=run_name, sinks=["jsonl"], spans=["file"])
+        # Spans: the file, plus OTLP when an OTEL_EXPORTER_OTLP_ENDPOINT is set (the compose
+        # stack's collector, docs/observability-stack.md), as for any configured run.
+        runtime = at.configure(out=settings.out, run_name=run_name, sinks=["jsonl"])
     except OSError as exc:
         err.print(f"agenttrace demo: error: cannot create the run folder: {escape(str(exc))}")
         return EXIT_FAILURE
