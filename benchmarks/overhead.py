@@ -10,7 +10,8 @@ Variants, each over the same number of steps with the same scripted policy:
   TrajectoryProcessor writing trajectories.jsonl *and* Parquet, and spans.jsonl (OTLP/JSON);
   the time includes the final flush, so background work is counted. On 2+ CPUs the writer
   runs in a helper process (``writer=auto``, see docs/writer.md); ``--writer thread`` measures
-  the in-process writer instead.
+  the in-process writer instead. ``--metrics`` adds episode metrics (docs/metrics.md) on an
+  SDK MeterProvider, recorded in this process.
 
 The steps are played in short rounds (``--steps`` split over ``--rounds``); in each round
 every variant runs once (raw SDK and agenttrace take turns at going first) and the ratio is
@@ -33,6 +34,8 @@ import uuid
 from pathlib import Path
 
 import gymnasium as gym
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from rounds import parse_arguments
@@ -111,13 +114,17 @@ def run_raw_sdk(env, steps: int) -> tuple[int, int]:
     return done_steps, episodes
 
 
-def run_agenttrace(env, steps: int, out: Path, writer: str) -> tuple[int, int, at.AgentTrace]:
+def run_agenttrace(
+    env, steps: int, out: Path, writer: str, metrics: bool
+) -> tuple[int, int, at.AgentTrace]:
     runtime = at.configure(
         out=str(out),
         run_name=uuid.uuid4().hex,
         sinks=["jsonl", "parquet"],
         spans=["file"],
         writer=writer,
+        meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None,
+        metrics="auto" if metrics else "none",
     )
     done_steps = episodes = 0
     while done_steps < steps:
@@ -160,7 +167,12 @@ def measure(fn, *args) -> tuple[float, tuple]:
 
 
 def main() -> None:
-    args, round_steps = parse_arguments(__doc__.split("\n\n")[0])
+    args, round_steps = parse_arguments(
+        __doc__.split("\n\n")[0],
+        lambda parser: parser.add_argument(
+            "--metrics", action="store_true", help="with episode metrics on an SDK MeterProvider"
+        ),
+    )
     env = gym.make("CartPole-v1")
     run_bare(env, 2_000)  # warm up imports and caches
     timings: dict[str, list[float]] = {"bare": [], "raw SDK": [], "agenttrace": []}
@@ -176,7 +188,7 @@ def main() -> None:
                     seconds, (steps, _) = measure(run_raw_sdk, env, round_steps)
                 else:
                     seconds, (steps, episodes, runtime) = measure(
-                        run_agenttrace, env, round_steps, Path(tmp), args.writer
+                        run_agenttrace, env, round_steps, Path(tmp), args.writer, args.metrics
                     )
                     traced_steps = steps
                 timings[variant].append(seconds / steps * 1e6)
@@ -196,7 +208,7 @@ def main() -> None:
         f"CartPole-v1, {round_steps * args.rounds} steps per variant in {args.rounds} rounds "
         f"of {round_steps}; medians"
     )
-    print(f"agenttrace writer: {args.writer} -> {writer}")
+    print(f"agenttrace writer: {args.writer} -> {writer}; episode metrics: {args.metrics}")
     print(f"{'variant':<12} {'us/step':>9}")
     for name, value in medians.items():
         print(f"{name:<12} {value:>9.1f}")

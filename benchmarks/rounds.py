@@ -7,11 +7,17 @@ each ratio within a round: this host's speed drifts by 10-20 % within a minute.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
-def parse_arguments(description: str) -> tuple[argparse.Namespace, int]:
-    """The parsed arguments and the number of steps per variant in one round."""
+def parse_arguments(
+    description: str, more: Callable[[argparse.ArgumentParser], None] | None = None
+) -> tuple[argparse.Namespace, int]:
+    """The parsed arguments and the number of steps per variant in one round; ``more`` adds
+    a script's own options."""
     parser = argparse.ArgumentParser(description=description)
+    if more is not None:
+        more(parser)
     parser.add_argument("--steps", type=int, default=300_000, help="steps per variant, in all")
     parser.add_argument("--rounds", type=int, default=15, help="short interleaved rounds")
     parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto")

@@ -25,8 +25,10 @@ def run(script: str, *args: str) -> str:
 
 
 def test_overhead_benchmark_loses_nothing_with_either_writer() -> None:
-    for writer in ("auto", "thread"):
-        out = run("overhead.py", "--steps", "4000", "--rounds", "2", "--writer", writer)
+    for writer, metrics in (("auto", "--metrics"), ("thread", None)):
+        extra = [metrics] if metrics else []
+        out = run("overhead.py", "--steps", "4000", "--rounds", "2", "--writer", writer, *extra)
+        assert f"episode metrics: {bool(metrics)}" in out
         assert re.search(r"spans lost: 0  trajectories lost: 0  over \d{4,} agenttrace steps", out)
         ratio = r"ratio agenttrace / raw SDK: \d+\.\d\d \(rounds \d+\.\d\d-\d+\.\d\d\)"
         assert re.search(ratio, out)
