@@ -73,7 +73,9 @@ def test_metrics_agree_with_the_trajectories_written(tmp_path, writer):
         bound = float(point.attributes[m.BUCKET_BOUND])
         expected = sum(1 for t in trajectories if t.status == status and t.return_ <= bound)
         assert point.value == expected, (status, bound)
-    assert {p.attributes[m.BUCKET_BOUND] for p in found[m.EPISODE_RETURNS]} >= {"+Inf"}
+    bounds = Counter(p.attributes[m.BUCKET_BOUND] for p in found[m.EPISODE_RETURNS])
+    assert len(bounds) == len(m.RETURN_BUCKETS) + 1  # every bucket, empty ones too
+    assert set(bounds.values()) == {len(statuses)}  # for each status
     sums = {p.attributes[sc.EPISODE_STATUS]: p.value for p in found[m.EPISODE_RETURN_SUM]}
     for status in statuses:
         expected_sum = sum(t.return_ for t in trajectories if t.status == status)

@@ -157,6 +157,7 @@ class EpisodeMetrics:
             explicit_bucket_boundaries_advisory=GEN_AI_TOKEN_BUCKETS,
         )
         self.failures = 0
+        self._return_series: set[tuple[str, str | None]] = set()  # (status, env) seen
 
     def record(self, summary: EpisodeSummary) -> None:
         try:
@@ -173,9 +174,14 @@ class EpisodeMetrics:
         self.episodes.add(1, episode)
         self.episode_return_sum.add(return_, episode)
         add_return = self.episode_returns.add
+        series = (status, env_name)
+        first = series not in self._return_series  # every bucket exists from the start, so
+        self._return_series.add(series)  # histogram_quantile sees the empty ones below too
         for bound, label in _RETURN_BOUNDS:
             if return_ <= bound:
                 add_return(1, {**episode, BUCKET_BOUND: label})
+            elif first:
+                add_return(0, {**episode, BUCKET_BOUND: label})
         self.episode_length.record(length, episode)
         if duration is not None:
             self.episode_duration.record(duration, episode)
