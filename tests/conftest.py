@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import gymnasium as gym
 import pytest
@@ -102,3 +104,13 @@ def cartpole_run(tmp_path_factory) -> tuple[list, list]:
     at.shutdown()
     assert len(result.live) == 3 and result.offline == result.live
     return result.live, list(read_otlp_json(runtime.span_paths))
+
+
+def dashboard_generator() -> ModuleType:
+    """dashboards/generate.py as a module (a script, not part of the package)."""
+    script = Path(__file__).resolve().parent.parent / "dashboards" / "generate.py"
+    spec = importlib.util.spec_from_file_location("agenttrace_dashboards_generate", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -7,17 +7,16 @@ uses only agenttrace's metric and label names, and TraceQL uses only names agent
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import dashboard_generator
 from prometheus_server import prometheus_binary
 
 from agenttrace import semconv as sc
@@ -27,15 +26,7 @@ SCRIPT = ROOT / "dashboards" / "generate.py"
 JSON_FILE = ROOT / "dashboards" / "agent-episodes.json"
 
 
-def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("agenttrace_dashboards_generate", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = dashboard_generator()
 
 
 @pytest.fixture(scope="module")
