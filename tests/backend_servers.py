@@ -284,3 +284,57 @@ def tempo_route(records: list[SpanRecord], *, version: str = "2.6") -> Route:
         return 404, {"error": "not found"}
 
     return route
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP protobuf receiver on 127.0.0.1 (a collector's front door): keeps the spans
+    sent to /v1/traces, and the metrics (with their resource attributes) sent to /v1/metrics.
+    Stopped by its test."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+        )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        self.spans: list[Any] = []
+        self.metrics: dict[str, list[Any]] = {}  # by name, one entry per export
+        self.resources: list[dict[str, str]] = []  # of each metrics export
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.path == "/v1/traces":
+                    traces = ExportTraceServiceRequest.FromString(body)
+                    for resource_spans in traces.resource_spans:
+                        for scope_spans in resource_spans.scope_spans:
+                            receiver.spans.extend(scope_spans.spans)
+                elif self.path == "/v1/metrics":
+                    metrics = ExportMetricsServiceRequest.FromString(body)
+                    for resource_metrics in metrics.resource_metrics:
+                        attributes = resource_metrics.resource.attributes
+                        receiver.resources.append({a.key: a.value.string_value for a in attributes})
+                        for scope_metrics in resource_metrics.scope_metrics:
+                            for metric in scope_metrics.metrics:
+                                receiver.metrics.setdefault(metric.name, []).append(metric)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -15,11 +15,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+from server_process import log_tail, wait_ready
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -94,32 +93,18 @@ class PhoenixServer:
         )
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise PhoenixError(
-                    f"Phoenix exited with status {self.process.returncode} before it was "
-                    f"ready:\n{self.output()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.25)
-        raise PhoenixError(f"Phoenix was not ready after {timeout:.0f} s:\n{self.output()}")
+        wait_ready(
+            self.process,
+            f"{self.url}/readyz",
+            timeout,
+            name="Phoenix",
+            output=self.output,
+            error=PhoenixError,
+        )
 
     def output(self, limit: int = 6000) -> str:
         """The end of the server's stderr and stdout, for failure messages."""
-        parts = []
-        for path in (self.stderr_path, self.stdout_path):
-            try:
-                text = path.read_bytes()[-limit:].decode("utf-8", "replace")
-            except OSError:
-                text = ""
-            parts.append(f"--- {path.name} ---\n{text}")
-        return "\n".join(parts)
+        return log_tail((self.stderr_path, self.stdout_path), limit)
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.process.poll() is None:

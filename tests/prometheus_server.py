@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Any
 
 import pytest
+from server_process import log_tail, wait_ready
 
 #: Config text, or a function from the listening port to config text.
 Config = str | Callable[[int], str]
@@ -136,32 +137,19 @@ class PrometheusServer:
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise PrometheusError(
-                    f"prometheus exited with status {self.process.returncode} before it was "
-                    f"ready:\n{self.output()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        raise PrometheusError(f"prometheus was not ready after {timeout:.0f} s:\n{self.output()}")
+        wait_ready(
+            self.process,
+            f"{self.url}/-/ready",
+            timeout,
+            name="prometheus",
+            output=self.output,
+            error=PrometheusError,
+            interval=0.2,
+        )
 
     def output(self, limit: int = 4000) -> str:
         """The end of the server's stderr (where Prometheus logs) and stdout."""
-        parts = []
-        for path in (self.stderr_path, self.stdout_path):
-            try:
-                text = path.read_bytes()[-limit:].decode("utf-8", "replace")
-            except OSError:
-                text = ""
-            parts.append(f"--- {path.name} (tail) ---\n{text}")
-        return "\n".join(parts)
+        return log_tail((self.stderr_path, self.stdout_path), limit)
 
     def _stop_process(self, timeout: float = 10.0) -> None:
         process, self.process = self.process, None

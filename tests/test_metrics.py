@@ -8,18 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from backend_servers import OtlpReceiver
 from opentelemetry import metrics as otel_metrics
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-)
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -182,54 +178,9 @@ def test_summary_of_a_failed_llm_call_names_a_low_cardinality_error_type():
     assert calls[0][1:4] == ("chat", None, "m")
 
 
-class _OtlpReceiver:
-    """An OTLP/HTTP receiver on 127.0.0.1 that keeps metric names; spans are acknowledged."""
-
-    def __init__(self) -> None:
-        self.metric_names: Counter[str] = Counter()
-        self.values: dict[str, list[Any]] = {}
-        self.resources: list[dict[str, str]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.path == "/v1/metrics":
-                    request = ExportMetricsServiceRequest.FromString(body)
-                    for resource_metrics in request.resource_metrics:
-                        receiver.resources.append(
-                            {
-                                a.key: a.value.string_value
-                                for a in resource_metrics.resource.attributes
-                            }
-                        )
-                        for scope_metrics in resource_metrics.scope_metrics:
-                            for metric in scope_metrics.metrics:
-                                receiver.metric_names[metric.name] += 1
-                                receiver.values.setdefault(metric.name, []).append(metric)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def receiver() -> Iterator[_OtlpReceiver]:
-    server = _OtlpReceiver()
+def receiver() -> Iterator[OtlpReceiver]:
+    server = OtlpReceiver()
     yield server
     server.stop()
 
@@ -275,9 +226,9 @@ def test_demo_sends_its_metrics_over_otlp_when_an_endpoint_is_set(tmp_path, rece
         m.GEN_AI_OPERATION_DURATION,
         m.GEN_AI_TOKEN_USAGE,
     }
-    assert expected <= set(receiver.metric_names)
+    assert expected <= set(receiver.metrics)
     assert {"service.name": "metrics-test"}.items() <= receiver.resources[-1].items()
-    last_episodes = receiver.values[m.EPISODES][-1]
+    last_episodes = receiver.metrics[m.EPISODES][-1]
     assert sum(p.as_int for p in last_episodes.sum.data_points) == 12
     lines = (tmp_path / "otlp" / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 12 and all(json.loads(line)["episode_id"] for line in lines)
@@ -296,7 +247,7 @@ def test_otlp_metrics_never_replace_the_global_meter_provider(tmp_path, receiver
                 step.record(reward=1.0, terminated=True)
     finally:
         runtime.shutdown()
-    assert receiver.metric_names[m.EPISODES] >= 1
+    assert len(receiver.metrics[m.EPISODES]) >= 1
 
 
 _GLOBAL_PROVIDER_SCRIPT = """

@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from backend_servers import OtlpReceiver
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -17,44 +16,9 @@ from agenttrace import semconv as sc
 from agenttrace.storage import read_otlp_json
 
 
-class _Collector:
-    """A minimal OTLP/HTTP trace receiver on 127.0.0.1, stopped by the test."""
-
-    def __init__(self) -> None:
-        self.spans: list = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if self.path == "/v1/traces":  # agenttrace's metrics go to /v1/metrics
-                    request = ExportTraceServiceRequest.FromString(body)
-                    for resource_spans in request.resource_spans:
-                        for scope_spans in resource_spans.scope_spans:
-                            collector.spans.extend(scope_spans.spans)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
-def collector() -> Iterator[_Collector]:
-    receiver = _Collector()
+def collector() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
     yield receiver
     receiver.stop()
 
