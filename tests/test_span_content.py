@@ -559,9 +559,9 @@ def test_text_with_lone_surrogates_and_deep_nesting_stays_valid() -> None:
 def test_spans_reaching_a_real_otlp_endpoint_are_cut_while_spans_jsonl_stays_whole(
     tmp_path, monkeypatch
 ) -> None:
-    from test_span_export import _Collector
+    from backend_servers import OtlpReceiver
 
-    collector = _Collector()
+    collector = OtlpReceiver()
     try:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "5")
