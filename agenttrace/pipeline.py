@@ -240,7 +240,8 @@ class AgentTrace:
         stats["export_content_truncated"] = sum(e.truncated for e in policies)
         stats["export_content_blobs"] = sum(e.blobs for e in policies)
         stats["export_content_blob_failures"] = sum(e.blob_failures for e in policies)
-        stats["metrics_failures"] = stats.get("episodes_failed_metrics", 0) + (
+        # One figure for both places metrics can fail: summarizing (the writer) and recording.
+        stats["metrics_failures"] = stats.pop("episodes_failed_metrics", 0) + (
             self.metrics.failures if self.metrics is not None else 0
         )
         return stats
