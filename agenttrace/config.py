@@ -264,6 +264,23 @@ SETTINGS: tuple[Setting, ...] = (
         "AgentTraceInstrumentor, not by configure().",
         PROPAGATE_CHOICES,
     ),
+    Setting(
+        "exit_report",
+        "AGENTTRACE_EXIT_REPORT",
+        _parse_bool,
+        True,
+        "At exit, say on stderr in one line how many episodes were written and where "
+        "(agenttrace: 12 episodes -> agenttrace_runs/run-.../trajectories.jsonl).",
+    ),
+    Setting(
+        "warn_uncalled_targets",
+        "AGENTTRACE_WARN_UNCALLED_TARGETS",
+        _parse_bool,
+        True,
+        "At exit, warn in one line about auto-instrumentation targets that were installed "
+        "but never called in this process, so that 'nothing traced' is never silent. Read by "
+        "AgentTraceInstrumentor, not by configure().",
+    ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 
@@ -292,6 +309,8 @@ class Settings:
     targets: str | None
     targets_file: str | None
     propagate: tuple[str, ...] | None
+    exit_report: bool
+    warn_uncalled_targets: bool
 
 
 def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settings:

@@ -343,7 +343,9 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             target, schema=_schema(args.format) if kind == "parquet" else None
         )
     except (ImportError, OSError) as exc:
-        err.print(f"agenttrace export: error: cannot write {escape(str(target))}: {exc}")
+        err.print(
+            f"agenttrace export: error: cannot write {escape(str(target))}: {escape(str(exc))}"
+        )
         return EXIT_FAILURE
     emit = _emitter(args.format, kind, writer, report)
     started = time.perf_counter()

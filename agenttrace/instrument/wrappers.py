@@ -52,6 +52,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
+from agenttrace._version import install_hint
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS
 from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope, TimestepScope
 from agenttrace.processing.writer import AGENTTRACE_SCOPE
@@ -417,7 +418,7 @@ class TracedEnv(_GymWrapper):  # type: ignore[misc, valid-type]
         collector: Collector | None = None,
     ) -> None:
         if gymnasium is None:
-            raise ImportError("TracedEnv needs gymnasium: pip install 'agenttrace[gym]'")
+            raise ImportError("TracedEnv needs gymnasium: " + install_hint("gym"))
         super().__init__(env)
         if env_name is None:
             env_name = _gym_env_name(env)
@@ -493,7 +494,7 @@ def instrument_gymnasium(**options: Any) -> None:
     Calling it again while instrumented changes nothing (log message).
     """
     if gymnasium is None:
-        raise ImportError("instrument_gymnasium needs gymnasium: pip install 'agenttrace[gym]'")
+        raise ImportError("instrument_gymnasium needs gymnasium: " + install_hint("gym"))
     unknown = set(options) - {
         "task_id",
         "env_name",
@@ -616,7 +617,7 @@ class TracedDmEnv(_Forwarding, _DmEnvironment):  # type: ignore[misc, valid-type
         collector: Collector | None = None,
     ) -> None:
         if dm_env is None:
-            raise ImportError("TracedDmEnv needs dm-env: pip install 'agenttrace[dm-env]'")
+            raise ImportError("TracedDmEnv needs dm-env: " + install_hint("dm-env"))
         _check_env(env, "TracedDmEnv", ("reset", "step"))
         self._at_env = env
         self._agenttrace = _Recorder(

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 from opentelemetry.trace import TraceFlags
 
 from agenttrace import semconv as sc
+from agenttrace._version import DISTRIBUTION
 from agenttrace.sinks.files import utf8_safe
 from agenttrace.trajectory.model import Trajectory
 
@@ -291,6 +292,6 @@ def _trace_id(text: str | None) -> int:
 
 def _package_version() -> str | None:
     try:
-        return importlib.metadata.version("agenttrace")
+        return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return None

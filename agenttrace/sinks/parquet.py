@@ -1,7 +1,7 @@
 """Parquet sink: one row per trajectory, written in finished part files.
 
 pyarrow is imported only when a sink is created or a file is read (``pip install
-'agenttrace[parquet]'``). A part is written under a ``.partial`` name and renamed to
+'otel-agenttrace[parquet]'``). A part is written under a ``.partial`` name and renamed to
 ``<basename>-NNNNN.parquet`` only when complete (on ``flush()``, ``close()`` or after
 ``rows_per_file`` rows), so readers never see a half-written file; a crash loses at most the
 rows of the part in progress. The column layout is in docs/sinks.md.
@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agenttrace._version import install_hint
 from agenttrace.sinks.files import TrajectoryLoadError, utf8_safe, warn_load_error
 from agenttrace.sinks.jsonl import check_basename
 from agenttrace.trajectory.codec import encode
@@ -46,7 +47,7 @@ def _require_pyarrow() -> tuple[Any, Any]:
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise ImportError(
-            "the Parquet sink and reader need pyarrow: pip install 'agenttrace[parquet]'"
+            "the Parquet sink and reader need pyarrow: " + install_hint("parquet")
         ) from exc
     return pa, pq
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
 
-try:  # optional (agenttrace[fast]): reads lines about three times as fast as json
+try:  # optional (otel-agenttrace[fast]): reads lines about three times as fast as json
     import msgspec as _msgspec
 except ImportError:  # pragma: no cover - exercised by tests that hide it
     _msgspec = None

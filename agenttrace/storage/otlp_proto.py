@@ -23,7 +23,7 @@ is parsed as a protobuf ``ExportTraceServiceRequest``. Spans become the same
 :class:`~agenttrace.trajectory.records.SpanRecord` values the OTLP/JSON reader gives for the
 same spans. Reading is frame by frame, so memory is bounded by the largest frame.
 
-zstd needs the optional ``zstandard`` package (``pip install 'agenttrace[zstd]'``).
+zstd needs the optional ``zstandard`` package (``pip install 'otel-agenttrace[zstd]'``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agenttrace._version import install_hint
 from agenttrace.storage.otlp_json import (
     _KIND_NAME,
     _STATUS_NAME,
@@ -66,7 +67,7 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_FRAME_BYTES = 1 << 30
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20  # bytes read (or decompressed) at a time
-_ZSTD_HINT = "pip install 'agenttrace[zstd]'"
+_ZSTD_HINT = install_hint("zstd")
 #: File suffixes a directory is always read for; other files only if their first bytes sniff
 #: as length-prefixed (the Collector's ``path`` can be anything, ``./traces`` or ``x.json``).
 _SUFFIXES = frozenset({".pb", ".proto", ".binpb", ".bin", ".otlp", ".zst", ".zstd"})

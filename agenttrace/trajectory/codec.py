@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-try:  # optional (agenttrace[fast]): checks untrusted content text ~5x faster than json
+try:  # optional (otel-agenttrace[fast]): checks untrusted content text ~5x faster than json
     import msgspec as _msgspec
 except ImportError:  # pragma: no cover - exercised by tests that hide it
     _msgspec = None
