@@ -218,6 +218,25 @@ def _expand(source: Source) -> list[Path]:
     return files
 
 
+#: Called before a read starts. The pipeline registers its flush here, so that loading right
+#: after a traced loop in the same process sees every episode that loop finished (sinks sit
+#: below the pipeline, so it registers itself rather than being imported).
+_before_reading: list[Callable[[], Any]] = []
+
+
+def before_reading(hook: Callable[[], Any]) -> None:
+    """Run ``hook`` before every :func:`iter_trajectories` (its failures are ignored)."""
+    _before_reading.append(hook)
+
+
+def _run_before_reading() -> None:
+    for hook in _before_reading:
+        try:
+            hook()
+        except Exception:  # a flush that fails must not stop the user from reading
+            pass
+
+
 def iter_trajectories(
     source: Source, *, on_error: ErrorHandler | None = None
 ) -> Iterator[Trajectory]:
@@ -230,6 +249,7 @@ def iter_trajectories(
     FileNotFoundError at once.
     """
     report = on_error or warn_load_error
+    _run_before_reading()
     files = _expand(source)  # before the first yield, so a bad source fails at the call
     return _iter_files(files, report)
 
