@@ -11,6 +11,7 @@ component that cannot leave its folder, and different ids into different names.
 
 from __future__ import annotations
 
+import contextlib
 import glob as _glob
 import gzip
 import hashlib
@@ -150,6 +151,11 @@ def warn_load_error(error: TrajectoryLoadError) -> None:
 
 #: Trajectory files in a run folder start with this; a folder holding any is read for only those.
 RUN_FOLDER_PREFIX = "trajectories"
+#: The JSON-per-episode sink's folder inside a run folder (agenttrace.sinks.jsondir).
+EPISODES_FOLDER = "episodes"
+#: Formats a run folder may hold the same episodes in, most preferred first: a run writing
+#: to several sinks is read from one of them only.
+_FORMATS = ((".jsonl", ".jsonl.gz"), (".parquet",), (".json",))
 
 
 def _has_suffix(path: Path) -> bool:
@@ -179,6 +185,75 @@ def _has_glob_magic(text: str) -> bool:
     return any(char in text for char in "*?[")
 
 
+def _one_format(files: list[Path]) -> list[Path]:
+    """The files of the most preferred format present (a run with a JSONL and a Parquet sink
+    holds every episode twice)."""
+    for suffixes in _FORMATS:
+        chosen = [p for p in files if p.name.endswith(suffixes)]
+        if chosen:
+            return chosen
+    return files
+
+
+def _files_of_folder(folder: Path, *, given: bool) -> list[Path]:
+    """The trajectory files directly in ``folder``, in write order.
+
+    A run folder's ``trajectories*`` files (one format); else, for the folder the user named
+    or a run's ``episodes/`` folder, every trajectory file in it except span files.
+    """
+    try:
+        found = sorted(
+            (p for p in folder.iterdir() if _has_suffix(p) and p.is_file()), key=_file_order
+        )
+    except OSError:
+        return []
+    named = [p for p in found if p.name.startswith(RUN_FOLDER_PREFIX)]
+    if named:
+        return _one_format(named)
+    if given or folder.name == EPISODES_FOLDER:
+        return [p for p in found if not p.name.startswith("spans")]
+    return []
+
+
+def _newest_write(files: list[Path]) -> float:
+    try:
+        return max(p.stat().st_mtime for p in files)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _expand_folder(folder: Path) -> list[Path]:
+    """Every trajectory file under ``folder``: the folder's own, or else those of each run
+    folder below it (a folder with trajectory files is not searched further), the run written
+    last at the end."""
+    groups: list[list[Path]] = []
+    pending = [(folder, True)]
+    while pending:
+        current, given = pending.pop()
+        files = _files_of_folder(current, given=given)
+        if files:
+            groups.append(files)
+            continue
+        try:
+            children = sorted(p for p in current.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            continue
+        pending.extend((child, False) for child in reversed(children))
+    groups.sort(key=_newest_write)  # stable: ties keep folder name order
+    return [path for group in groups for path in group]
+
+
+def _no_files_in(folder: Path) -> FileNotFoundError:
+    suffixes = ", ".join("*" + s for s in TRAJECTORY_SUFFIXES)
+    message = f"no trajectory files ({suffixes}) in directory {str(folder)!r} or its run folders"
+    if next(folder.glob("**/spans*.jsonl*"), None) is not None:
+        message += (
+            "; it holds span files (spans*.jsonl): rebuild trajectories from them with "
+            f"agenttrace export --from {str(folder)!r} --out trajectories.jsonl"
+        )
+    return FileNotFoundError(message)
+
+
 def _expand(source: Source) -> list[Path]:
     """Every file a source names, in reading order; FileNotFoundError when there are none."""
     if isinstance(source, (str, os.PathLike)):
@@ -191,31 +266,29 @@ def _expand(source: Source) -> list[Path]:
     for item in items:
         path = Path(item)
         if path.is_dir():
-            found = sorted(
-                (p for p in path.iterdir() if p.is_file() and _has_suffix(p)), key=_file_order
-            )
-            # A run folder also holds spans.jsonl: prefer the sinks' own files when present.
-            named = [p for p in found if p.name.startswith(RUN_FOLDER_PREFIX)]
-            found = named or found
+            found = _expand_folder(path)
             if not found:
-                raise FileNotFoundError(
-                    f"no trajectory files ({', '.join('*' + s for s in TRAJECTORY_SUFFIXES)}) "
-                    f"in directory {str(path)!r}"
-                )
+                raise _no_files_in(path)
             files.extend(found)
         elif path.is_file():
             files.append(path)
         elif isinstance(item, str) and _has_glob_magic(item):
-            matched = [Path(p) for p in _glob.glob(item, recursive=True)]
-            found = sorted(
-                (p for p in matched if p.is_file()), key=lambda p: (p.parent, *_file_order(p))
-            )
-            if not found:
-                raise FileNotFoundError(f"no files match the pattern {item!r}")
-            files.extend(found)
+            files.extend(_expand_pattern(item))
         else:
             raise FileNotFoundError(f"trajectory source {str(item)!r} does not exist")
     return files
+
+
+def _expand_pattern(pattern: str) -> list[Path]:
+    """A glob's files in (folder, write) order, then the trajectory files of its folders."""
+    matched = [Path(p) for p in _glob.glob(pattern, recursive=True)]
+    found = sorted((p for p in matched if p.is_file()), key=lambda p: (p.parent, *_file_order(p)))
+    groups = [_expand_folder(p) for p in sorted(p for p in matched if p.is_dir())]
+    groups.sort(key=_newest_write)
+    found += [path for group in groups for path in group]
+    if not found:
+        raise FileNotFoundError(f"no files match the pattern {pattern!r}")
+    return found
 
 
 #: Called before a read starts. The pipeline registers its flush here, so that loading right
@@ -231,10 +304,9 @@ def before_reading(hook: Callable[[], Any]) -> None:
 
 def _run_before_reading() -> None:
     for hook in _before_reading:
-        try:
+        # A flush that fails must not stop the user from reading what is there.
+        with contextlib.suppress(Exception):
             hook()
-        except Exception:  # a flush that fails must not stop the user from reading
-            pass
 
 
 def iter_trajectories(
@@ -242,8 +314,11 @@ def iter_trajectories(
 ) -> Iterator[Trajectory]:
     """Yield every trajectory in ``source``, skipping (and reporting) bad records.
 
-    ``source`` is a file, a directory (its ``*.jsonl``, ``*.jsonl.gz``, ``*.json`` and
-    ``*.parquet`` files, not recursive, in write order), a glob pattern, or a list of those.
+    ``source`` is a file, a run folder (its ``trajectories*`` files in write order), a folder
+    of runs such as ``agenttrace_runs/`` (every run folder under it, the run written last at
+    the end), a glob pattern (of files or folders), or a list of those. A folder holding no
+    ``trajectories*`` file is read for all its ``*.jsonl``, ``*.jsonl.gz``, ``*.json`` and
+    ``*.parquet`` files; a run that wrote several formats is read from one (JSONL first).
     Each bad record gives one :class:`TrajectoryLoadError` to ``on_error`` (default: a
     warning); an ``on_error`` that raises stops the reading. A source naming no file raises
     FileNotFoundError at once.
