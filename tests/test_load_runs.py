@@ -95,7 +95,7 @@ def test_a_folder_of_span_files_only_says_to_export(tmp_path):
 
 
 def test_inspect_reads_the_runs_folder_and_a_folder_glob(runs, capsys):
-    root, expected = runs
+    root, _ = runs
     assert main(["inspect", "--json", str(root)]) == 0
     assert '"episodes": 7' in capsys.readouterr().out
     assert main(["inspect", "--json", str(root / "run-*")]) == 0
