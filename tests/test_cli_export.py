@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -292,3 +293,13 @@ def test_late_spans_are_reported_with_the_grace_hint(cartpole_run, tmp_path, cap
     assert f"{len(steps)} spans arrived after their episode was written" in out
     assert "--grace" in out
     assert_same_episodes(live, exported(str(tmp_path), tmp_path / "y.jsonl", "--grace", "all"))
+
+
+def test_an_install_hint_in_an_error_prints_literally(demo_run, tmp_path, capsys, monkeypatch):
+    spans, _ = demo_run
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now fails
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    code, out, err = export(capsys, "--from", str(spans), "--out", str(tmp_path / "t.parquet"))
+    assert code == 1
+    assert "pip install 'otel-agenttrace[parquet]'" in err
+    assert out == "" and list(tmp_path.iterdir()) == []

@@ -30,8 +30,8 @@ from typing import Any
 
 from opentelemetry.sdk.resources import SERVICE_NAME
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from agenttrace import semconv as sc
 from agenttrace.sinks.single_file import SingleFileWriter, output_kind
@@ -301,16 +301,14 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         for header in args.header:
             headers.update(parse_headers(header))
     except (ValueError, OSError) as exc:
-        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        err.print(f"agenttrace export: error: {exc}")
         return EXIT_USAGE
     if args.limit < 1 or args.timeout <= 0:
         err.print("agenttrace export: error: --limit must be >= 1 and --timeout > 0")
         return EXIT_USAGE
     target = Path(args.out)
     if target.exists() and not args.force:
-        err.print(
-            f"agenttrace export: error: {escape(str(target))} exists; use --force to replace it"
-        )
+        err.print(f"agenttrace export: error: {target} exists; use --force to replace it")
         return EXIT_USAGE
 
     report = ExportReport()
@@ -328,13 +326,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         source = open_source(args.source, options)
         restore = _content_restorer(args.blob_store)
     except (SourceError, ValueError) as exc:
-        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        err.print(f"agenttrace export: error: {exc}")
         return EXIT_USAGE
     except FileNotFoundError as exc:
-        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        err.print(f"agenttrace export: error: {exc}")
         return EXIT_FAILURE
     except ImportError as exc:
-        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        err.print(f"agenttrace export: error: {exc}")
         return EXIT_FAILURE
     report.source = source.description
 
@@ -343,9 +341,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             target, schema=_schema(args.format) if kind == "parquet" else None
         )
     except (ImportError, OSError) as exc:
-        err.print(
-            f"agenttrace export: error: cannot write {escape(str(target))}: {escape(str(exc))}"
-        )
+        err.print(f"agenttrace export: error: cannot write {target}: {exc}")
         return EXIT_FAILURE
     emit = _emitter(args.format, kind, writer, report)
     started = time.perf_counter()
@@ -393,7 +389,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_INTERRUPTED
     except BackendError as exc:
         writer.discard()
-        err.print(f"agenttrace export: error: {escape(str(exc))}")
+        err.print(f"agenttrace export: error: {exc}")
         return EXIT_FAILURE
     except BaseException:
         writer.discard()
@@ -486,7 +482,7 @@ def _emitter(fmt: str, kind: str, writer: SingleFileWriter, report: ExportReport
 def _progress(err: Console, *, disabled: bool) -> Progress:
     return Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         TimeElapsedColumn(),
         console=err,
         disable=disabled or not err.is_terminal,
@@ -505,12 +501,12 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
     counts = report.counts
     episodes = sum(report.written.values())
     rate = report.spans / max(report.seconds, 1e-9)
-    out.print(f"agenttrace export: from {escape(report.source)}")
+    out.print(f"agenttrace export: from {report.source}")
     out.print(
         f"read {report.spans:,} spans in {report.seconds:.1f} s ({rate:,.0f} spans/s); "
         f"wrote {episodes:,} episodes"
         + (f" as {report.rows:,} chat rows" if fmt == "chat" else "")
-        + f" to {escape(str(path))}"
+        + f" to {path}"
     )
     if report.written:
         statuses = ", ".join(f"{status} {n:,}" for status, n in sorted(report.written.items()))
@@ -522,8 +518,12 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
         )
     if report.lossy:
         out.print(
-            f"  [bold yellow]{report.lossy:,} lossy[/]: the storage cut or lost some of their "
-            "content; each trajectory's 'lossy' field says which"
+            Text.assemble(
+                "  ",
+                (f"{report.lossy:,} lossy", "bold yellow"),
+                ": the storage cut or lost some of their content; each trajectory's 'lossy' "
+                "field says which",
+            )
         )
     if report.filtered:
         left = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.filtered.items()))
@@ -538,13 +538,14 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
         if value:
             out.print(f"  {value:,} {label}")
     if report.bad_records:
+        plural = "s" if report.bad_records != 1 else ""
         err.print(
-            f"[bold]{report.bad_records:,} unreadable record"
-            f"{'s' if report.bad_records != 1 else ''} skipped[/]"
-            + (f" (first {SHOWN_ERRORS} shown)" if report.bad_records > SHOWN_ERRORS else "")
-            + ":"
+            Text.assemble(
+                (f"{report.bad_records:,} unreadable record{plural} skipped", "bold"),
+                f" (first {SHOWN_ERRORS} shown):" if report.bad_records > SHOWN_ERRORS else ":",
+            )
         )
         for error in report.first_errors:
-            err.print(f"  {escape(error)}")
+            err.print(f"  {error}")
     if not episodes and not report.filtered:
         out.print("no episodes found in the source")

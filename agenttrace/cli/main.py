@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 import agenttrace as at
 from agenttrace import config
@@ -136,6 +136,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def consoles() -> tuple[Console, Console]:
+    """The consoles for stdout and stderr.
+
+    Everything printed is literal: no markup (an install hint such as
+    ``pip install 'otel-agenttrace[parquet]'`` keeps its brackets, and so do statuses, ids and
+    paths read from files), no emoji codes, no highlighting. Styles are given as ``style=`` or
+    :class:`rich.text.Text`. ``soft_wrap``: long lines (paths, error messages) stay whole, so
+    they can be copied.
+    """
+    options: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
+    return Console(soft_wrap=True, **options), Console(stderr=True, soft_wrap=True, **options)
+
+
+def _flagged(flag: str, text: str) -> Text:
+    """``flag`` in bold red, then ``text`` as it is."""
+    return Text.assemble((flag, "bold red"), " ", text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agenttrace`` console script; returns the exit code."""
     parser = build_parser()
@@ -146,9 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    # soft_wrap: long lines (paths, error messages) stay whole, so they can be copied.
-    out = Console(highlight=False, soft_wrap=True)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out, err = consoles()
     try:
         if args.command == "demo":
             return run_demo(args, out, err)
@@ -156,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return export_command.run(args, out, err)
         return run_inspect(args, out, err)
     except config.ConfigError as exc:
-        err.print(f"agenttrace {args.command}: error: {escape(str(exc))}")
+        err.print(f"agenttrace {args.command}: error: {exc}")
         return EXIT_USAGE
 
 
@@ -181,7 +197,7 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     run_dir = Path(settings.out) / safe_filename(run_name)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         err.print(
-            f"agenttrace demo: error: run folder {escape(str(run_dir))} already holds a run; "
+            f"agenttrace demo: error: run folder {run_dir} already holds a run; "
             "choose another --run-name"
         )
         return EXIT_USAGE
@@ -193,7 +209,7 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         # stack's collector, docs/observability-stack.md), as for any configured run.
         runtime = at.configure(out=settings.out, run_name=run_name, sinks=["jsonl"])
     except OSError as exc:
-        err.print(f"agenttrace demo: error: cannot create the run folder: {escape(str(exc))}")
+        err.print(f"agenttrace demo: error: cannot create the run folder: {exc}")
         return EXIT_FAILURE
     out.print(
         f"agenttrace demo: {args.episodes} episodes of 'reach the target', "
@@ -233,20 +249,20 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         ("spans", runtime.span_paths),
     ):
         for path in paths:
-            out.print(f"{label + ':':<14}{escape(str(path))}")
+            out.print(f"{label + ':':<14}{path}")
     stats = runtime.stats()
     for line in _backend_lines(runtime, stats):
         out.print(line)
     problems = _report_losses(stats, out)
     for error in read_errors:
-        out.print(f"[bold red]UNREADABLE[/] {escape(str(error))}")
+        out.print(_flagged("UNREADABLE", str(error)))
         problems += 1
     if interrupted:
         out.print("Interrupted: the episodes cut short are recorded as cancelled.")
         return EXIT_INTERRUPTED
     problems += _check_against_runner(outcome, written, out)
     if not problems and runtime.trajectory_paths:
-        out.print(f"Next: agenttrace inspect {escape(str(runtime.trajectory_paths[0]))}")
+        out.print(f"Next: agenttrace inspect {runtime.trajectory_paths[0]}")
     return EXIT_FAILURE if problems else EXIT_OK
 
 
@@ -262,7 +278,7 @@ def _backend_lines(runtime: at.AgentTrace, stats: dict[str, Any]) -> list[str]:
         lines.append(f"{'metrics:':<14}episode metrics sent over OTLP to {where}")
     elif runtime.metrics is not None:
         lines.append(f"{'metrics:':<14}episode metrics recorded on your MeterProvider")
-    return [escape(line) for line in lines]
+    return lines
 
 
 def _run_with_progress(
@@ -307,7 +323,7 @@ def _report_losses(stats: dict[str, Any], out: Console) -> int:
     if not found:
         out.print("nothing lost: every loss counter of the pipeline is 0")
     for line in found:
-        out.print(f"[bold red]problem:[/] {escape(line)}")
+        out.print(_flagged("problem:", line))
     return len(found)
 
 
@@ -326,15 +342,18 @@ def _check_against_runner(
         (len(unknown), "episodes in the file that this run did not play"),
     ):
         if count:
-            out.print(f"[bold red]MISMATCH[/] {count} {what}")
+            out.print(_flagged("MISMATCH", f"{count} {what}"))
             problems += 1
     statuses: dict[str, int] = {}
     for _, status in episodes:
         statuses[status] = statuses.get(status, 0) + 1
     if not missing and statuses != outcome.outcomes:
         out.print(
-            f"[bold red]MISMATCH[/] statuses in the file {statuses} differ from the runner's "
-            f"count {outcome.outcomes}"
+            _flagged(
+                "MISMATCH",
+                f"statuses in the file {statuses} differ from the runner's count "
+                f"{outcome.outcomes}",
+            )
         )
         problems += 1
     return problems
@@ -350,10 +369,10 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         trajectories = iter_trajectories(list(args.files), on_error=errors.add)
         summary = summarize(trajectories)
     except FileNotFoundError as exc:
-        err.print(f"agenttrace inspect: error: {escape(str(exc))}")
+        err.print(f"agenttrace inspect: error: {exc}")
         return EXIT_FAILURE
     except ImportError as exc:  # a .parquet file without pyarrow installed
-        err.print(f"agenttrace inspect: error: {escape(str(exc))}")
+        err.print(f"agenttrace inspect: error: {exc}")
         return EXIT_FAILURE
     if args.json:
         data = summary.to_dict()
@@ -364,12 +383,13 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         render_summary(summary, out)
     if errors.count:
         err.print(
-            f"[bold]{errors.count} bad record{'s' if errors.count != 1 else ''} skipped[/]"
-            + (f" (first {SHOWN_ERRORS} shown)" if errors.count > SHOWN_ERRORS else "")
-            + ":"
+            Text.assemble(
+                (f"{errors.count} bad record{'s' if errors.count != 1 else ''} skipped", "bold"),
+                f" (first {SHOWN_ERRORS} shown):" if errors.count > SHOWN_ERRORS else ":",
+            )
         )
         for error in errors.first:
-            err.print(f"  {escape(str(error))}")
+            err.print(f"  {error}")
     if errors.count and summary.episodes == 0:
         err.print("agenttrace inspect: error: no trajectory could be read")
         if any(Path(error.path).name.startswith("spans") for error in errors.first):
@@ -404,7 +424,7 @@ def _finite(value: Any) -> Any:
 
 
 def _sources(files: Sequence[str]) -> str:
-    shown = ", ".join(escape(f) for f in files[:3])
+    shown = ", ".join(files[:3])
     return shown + (f" and {len(files) - 3} more" if len(files) > 3 else "")
 
 

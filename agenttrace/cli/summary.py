@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory.model import Trajectory
@@ -200,7 +201,7 @@ def render_summary(summary: Summary, console: Console) -> None:
     episodes.add_column("mean length", justify="right")
     for status, row in summary.by_status.items():
         episodes.add_row(
-            status,
+            Text(status),  # as read from the file: never markup
             str(row.episodes),
             _share(row.episodes, summary.episodes),
             _return_cell(row.mean_return, row.returns_nan),
