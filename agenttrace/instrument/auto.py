@@ -34,6 +34,9 @@ can also instrument themselves: they inherit ``AGENTTRACE_TARGETS`` and, under
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
+import functools
 import importlib
 import inspect
 import logging
@@ -58,7 +61,7 @@ from opentelemetry.instrumentation.utils import (
 )
 
 from agenttrace import config
-from agenttrace.instrument import propagate_patches
+from agenttrace.instrument import propagate_patches, script
 from agenttrace.instrument import targets as targets_module
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.extractors import _UNSET
@@ -98,12 +101,13 @@ class _TargetCall:
     on the call wrapt already bound; other kinds go through the decorator-made function.
     """
 
-    __slots__ = ("active", "hooks", "mark", "receiver", "traced")
+    __slots__ = ("active", "called", "hooks", "mark", "receiver", "traced")
 
     def __init__(self, template: _Scope, function: Callable[..., Any], receiver: bool) -> None:
         self.receiver = receiver
         self.mark = template._context_mark or ""
         self.active = True
+        self.called = False  # for the at-exit report of targets never called
         if _is_plain_sync(function):
             self.hooks: CallHooks | None = CallHooks(template, function, receiver=receiver)
             self.traced: Callable[..., Any] | None = None
@@ -112,6 +116,7 @@ class _TargetCall:
             self.traced = trace_callable(template, function, receiver=receiver)
 
     def __call__(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        self.called = True
         current = otel_context.get_current()  # one lookup for the three checks
         if (
             not self.active
@@ -345,6 +350,8 @@ class _Patch:
     installed: Any
     label: str
     call: _TargetCall | None = None  # None for __init_subclass__ hooks
+    target: Target | None = None  # as the user wrote it (a script's targets are rebound)
+    remote: bool = False  # a Ray actor's method: called in actor processes, not here
 
     def restore(self) -> bool:
         """Put the previous value back; False when someone replaced ours meanwhile."""
@@ -367,7 +374,9 @@ class _Patcher:
         self.lock = threading.RLock()
         self.active = True
 
-    def apply(self, resolved: Resolved, sites: list[Site]) -> None:
+    def apply(self, resolved: Resolved, sites: list[Site], shown: Target | None = None) -> None:
+        """Patch every site of a resolved target; ``shown`` is the target as the user wrote
+        it, when it differs (a script's target, bound in ``__main__``)."""
         target = resolved.target
         if _already_sent_to_ray(resolved.ray_actor):
             logger.warning(
@@ -377,25 +386,42 @@ class _Patcher:
                 target.path,
             )
         template = _template(target, self.tracer_provider)
+        shown = shown or target
+        remote = resolved.ray_actor is not None
         for site in sites:
-            self._patch_site(target, site, template)
+            self._patch_site(target, site, template, shown, remote)
         owner = resolved.site.owner
         if isinstance(owner, type):
-            self._hook_subclasses(target, owner, template)
+            self._hook_subclasses(target, owner, template, shown, remote)
 
-    def _patch_site(self, target: Target, site: Site, template: _Scope) -> None:
+    def _patch_site(
+        self, target: Target, site: Site, template: _Scope, shown: Target, remote: bool
+    ) -> None:
         kind = TracedMethod if isinstance(site.owner, type) else TracedFunction
         wrapper = _make_wrapper(target, site.descriptor, site.binding, kind, template)
         previous = site.descriptor if site.own else _ABSENT
         setattr(site.owner, site.attribute, wrapper)
+        patch = _Patch(site.owner, site.attribute, previous, wrapper, site.label)
+        patch.call, patch.target, patch.remote = wrapper._self_call, shown, remote
         with self.lock:
-            self.patches.append(
-                _Patch(
-                    site.owner, site.attribute, previous, wrapper, site.label, wrapper._self_call
-                )
-            )
+            self.patches.append(patch)
 
-    def _hook_subclasses(self, target: Target, owner: type, template: _Scope) -> None:
+    def uncalled(self) -> list[Target]:
+        """Targets patched here none of whose sites was ever called (in this process)."""
+        called: dict[str, bool] = {}
+        shown: dict[str, Target] = {}
+        with self.lock:
+            for patch in self.patches:
+                if patch.call is None or patch.target is None or patch.remote:
+                    continue
+                key = str(patch.target)
+                shown[key] = patch.target
+                called[key] = called.get(key, False) or patch.call.called
+        return [shown[key] for key, was_called in called.items() if not was_called]
+
+    def _hook_subclasses(
+        self, target: Target, owner: type, template: _Scope, shown: Target, remote: bool
+    ) -> None:
         """Patch classes defined later that override the method, as they are created."""
         hook = self.hooks.get(id(owner))
         if hook is None:
@@ -407,7 +433,7 @@ class _Patcher:
             with self.lock:
                 label = f"{owner.__module__}.{owner.__qualname__}.__init_subclass__"
                 self.patches.append(_Patch(owner, "__init_subclass__", previous, installed, label))
-        hook.targets.append((target, template))
+        hook.targets.append((target, template, shown, remote))
 
     def undo(self, since: int = 0) -> None:
         """Restore what was patched, newest first; ``since`` keeps the first patches."""
@@ -454,7 +480,7 @@ class _SubclassHook:
         self.owner = owner
         self.previous = previous
         self.patcher = patcher
-        self.targets: list[tuple[Target, _Scope]] = []
+        self.targets: list[tuple[Target, _Scope, Target, bool]] = []
 
     def __call__(self, cls: type, **kwargs: Any) -> None:
         previous = self.previous
@@ -467,13 +493,13 @@ class _SubclassHook:
         patcher = self.patcher
         if patcher is None or not patcher.active:
             return
-        for target, template in self.targets:
+        for target, template, shown, remote in self.targets:
             if target.attribute not in vars(cls):
                 continue
             try:
                 site = site_for(cls, target.attribute)
                 if site is not None and not isinstance(site.descriptor, TracedFunction):
-                    patcher._patch_site(target, site, template)
+                    patcher._patch_site(target, site, template, shown, remote)
             except Exception:
                 logger.exception(
                     "agenttrace: could not trace %s.%s", cls.__qualname__, target.attribute
@@ -489,14 +515,17 @@ def _chaining_hook(owner: type, absent: bool, previous: Any) -> _SubclassHook:
     return _SubclassHook(owner, _ABSENT if absent else previous)
 
 
-def _plan(targets: list[Target]) -> tuple[list[tuple[Resolved, list[Site]]], list[TargetError]]:
-    """Resolve every target and list its patch sites; each site belongs to one target."""
+def _plan(
+    targets: list[Target], module: types.ModuleType | None = None
+) -> tuple[list[tuple[Resolved, list[Site]]], list[TargetError]]:
+    """Resolve every target (in ``module`` when given, else in its module imported by name)
+    and list its patch sites; each site belongs to one target."""
     plan: list[tuple[Resolved, list[Site]]] = []
     errors: list[TargetError] = []
     claimed: dict[tuple[int, str], Target] = {}
     for target in targets:
         try:
-            resolved = resolve(target)
+            resolved = resolve(target, module)
             resolve_extractor(target)
             sites = [resolved.site]
             owner = resolved.site.owner
@@ -543,6 +572,7 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     _patcher: _Patcher | None = None
     _propagation: propagate_patches.Propagation | None = None
+    _binder: script.ScriptBinder | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ()  # traces the user's own code; no library to check for
@@ -561,17 +591,18 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         propagate = propagate_patches.requested(kwargs.get("propagate"))  # bad in code: raises
         if given is not None:
             targets, errors = _targets_from_code(given)
-            plan, plan_errors = _plan(targets)
-            errors += plan_errors
-            if errors:
-                raise TargetError(
-                    "agenttrace: nothing instrumented; " + "; ".join(str(e) for e in errors)
-                )
         else:
             targets, errors = targets_from_environment()
-            plan, plan_errors = _plan(targets)
-            for error in errors + plan_errors:
-                logger.error("agenttrace: %s; not instrumented (the other targets are)", error)
+        running = script.running_script()
+        waiting, never = _script_targets(running, [t for t in targets if running.names_it(t)])
+        plan, plan_errors = _plan([t for t in targets if not running.names_it(t)])
+        errors += never + plan_errors
+        if given is not None and errors:
+            raise TargetError(
+                "agenttrace: nothing instrumented; " + "; ".join(str(e) for e in errors)
+            )
+        for error in errors:
+            logger.error("agenttrace: %s; not instrumented (the other targets are)", error)
         for resolved, sites in plan:
             done = len(patcher.patches)
             try:
@@ -584,10 +615,19 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 logger.exception("agenttrace: instrumenting %s failed", resolved.target)
         self._patcher = patcher
         self._propagation = propagate_patches.apply(propagate)
+        if waiting:
+            self._binder = script.ScriptBinder(
+                waiting, functools.partial(_bind_in_script, patcher), _report_never_defined
+            )
+            self._binder.start()
+        _report_uncalled_at_exit(self)
         if plan:
             logger.debug("agenttrace: instrumented %s", "; ".join(str(r.target) for r, _ in plan))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        binder, self._binder = self._binder, None
+        if binder is not None:
+            binder.stop()
         patcher, self._patcher = self._patcher, None
         if patcher is not None:
             patcher.undo()
@@ -618,6 +658,78 @@ def _targets_from_code(given: Any) -> tuple[list[Target], list[TargetError]]:
         except TargetError as exc:
             errors.append(exc)
     return found, errors
+
+
+def _script_targets(
+    running: script.Script, targets: list[Target]
+) -> tuple[list[Target], list[TargetError]]:
+    """The script's targets to wait for, and those its source shows it never defines."""
+    source = script.read_source(running.path)
+    waiting: list[Target] = []
+    never: list[TargetError] = []
+    for target in targets:
+        why = script.why_never_defined(target, source, running.describe()) if source else None
+        if why is None:
+            waiting.append(target)
+        else:
+            never.append(TargetError(f"target {target} can never take effect: {why}"))
+    return waiting, never
+
+
+def _bind_in_script(patcher: _Patcher, target: Target, main: types.ModuleType) -> None:
+    """Patch a script's target in ``__main__`` now that the script defined its name.
+
+    It is patched as ``__main__:<name>`` (what pickling by reference must name; importing the
+    script's file name would run it again) and reported as the user wrote it.
+    """
+    try:
+        bound = dataclasses.replace(target, path=f"{script.MAIN}:{target.qualname}")
+        plan, errors = _plan([bound], main)
+        for error in errors:
+            reason = str(error).split(": ", 1)[-1]
+            _report_never_defined(target, reason)
+        for resolved, sites in plan:
+            if patcher.active:
+                patcher.apply(resolved, sites, shown=target)
+    except Exception:
+        logger.exception("agenttrace: instrumenting %s failed", target)
+
+
+def _report_never_defined(target: Target, why: str) -> None:
+    logger.error("agenttrace: target %s can never take effect: %s", target, why)
+
+
+_exit_report_registered = False
+
+
+def _report_uncalled_at_exit(instrumentor: AgentTraceInstrumentor) -> None:
+    """At exit, one warning line naming the targets never called (once per process)."""
+    global _exit_report_registered
+    if not _exit_report_registered:
+        _exit_report_registered = True
+        atexit.register(_warn_uncalled, instrumentor)
+
+
+def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
+    patcher = instrumentor._patcher
+    if patcher is None:
+        return
+    try:
+        if not config.read_setting("warn_uncalled_targets"):
+            return
+    except config.ConfigError:
+        pass  # a bad value is reported by configure(); warn as by default
+    uncalled = patcher.uncalled()
+    if uncalled:
+        logger.warning(
+            "agenttrace: %d target%s never called in this process: %s. Check that each names "
+            "a function your program calls here (code that runs in another process, a Ray "
+            "actor or a worker, is not counted); %s=false turns this warning off",
+            len(uncalled),
+            " was" if len(uncalled) == 1 else "s were",
+            "; ".join(str(t) for t in uncalled),
+            "AGENTTRACE_WARN_UNCALLED_TARGETS",
+        )
 
 
 def targets_from_environment(

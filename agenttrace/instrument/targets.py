@@ -328,17 +328,21 @@ class Resolved:
     ray_actor: Any = None  # the @ray.remote actor class the path went through, if any
 
 
-def resolve(target: Target) -> Resolved:
-    """Import the target's module and find the attribute; TargetError says what is wrong."""
-    try:
-        parent: Any = importlib.import_module(target.module)
-    except Exception as exc:
-        raise TargetError(
-            f"target {target.path}: module {target.module!r} cannot be imported "
-            f"({type(exc).__name__}: {exc})"
-        ) from exc
+def resolve(target: Target, module: types.ModuleType | None = None) -> Resolved:
+    """Find the target's attribute in ``module``, else in its module imported by name;
+    TargetError says what is wrong."""
+    if module is not None:
+        parent: Any = module
+    else:
+        try:
+            parent = importlib.import_module(target.module)
+        except Exception as exc:
+            raise TargetError(
+                f"target {target.path}: module {target.module!r} cannot be imported "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
     parts = target.qualname.split(".")
-    walked = target.module
+    walked = parent.__name__
     ray_actor = None
     for part in parts[:-1]:
         try:
