@@ -14,6 +14,7 @@ from backend_servers import BackendServer, jaeger_v3_route, tempo_route
 from conftest import SERVICE, TOKEN, assert_same_episodes, exported
 
 from agenttrace import semconv as sc
+from agenttrace.cli import export as export_command
 from agenttrace.cli.main import main
 from agenttrace.sinks import load_trajectories
 from agenttrace.trajectory.model import Trajectory
@@ -236,7 +237,105 @@ def test_a_source_with_nothing_readable_exits_1(tmp_path, capsys) -> None:
     garbage.write_text("{not json\n[1, 2]\n")
     code, _, err = export(capsys, "--from", str(garbage), "--out", str(tmp_path / "x.jsonl"))
     assert code == 1
-    assert "unreadable record" in err
+    assert "2 unreadable records skipped" in err
+    assert "every record was unreadable; no output written" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spans.jsonl"]  # no empty x.jsonl
+
+
+# --- a failed export leaves nothing behind ----------------------------------------------------
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet"])
+def test_a_source_without_spans_fails_and_writes_nothing(tmp_path, capsys, suffix) -> None:
+    (tmp_path / "spans.jsonl").write_text("")
+    target = tmp_path / "new" / "deeper" / f"x{suffix}"
+    code, out, err = export(capsys, "--from", str(tmp_path / "spans.jsonl"), "--out", str(target))
+    assert code == 1
+    assert f"no spans in {tmp_path / 'spans.jsonl'} (1 file); no output written" in err
+    assert out == ""
+    assert _names(tmp_path) == ["spans.jsonl"]  # neither the file nor its new folders
+
+
+def test_spans_of_no_episode_fail_and_write_nothing(tmp_path, capsys) -> None:
+    """Good OTLP spans of some web service: nothing an episode could be rebuilt from."""
+    spans = [
+        {
+            "traceId": f"{n + 1:032x}",
+            "spanId": f"{n + 1:016x}",
+            "name": "GET /",
+            "startTimeUnixNano": "1",
+            "endTimeUnixNano": "2",
+        }
+        for n in range(5)
+    ]
+    line = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]}
+    (tmp_path / "spans.jsonl").write_text(json.dumps(line) + "\n")
+    code, _, err = export(
+        capsys, "--from", str(tmp_path / "spans.jsonl"), "--out", str(tmp_path / "x.jsonl")
+    )
+    assert code == 1
+    assert "none of its 5 spans belongs to an agenttrace episode" in err
+    assert _names(tmp_path) == ["spans.jsonl"]
+
+
+def test_a_failed_export_never_touches_a_file_that_was_there(demo_run, tmp_path, capsys):
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("{not json\n")
+    target = tmp_path / "x.jsonl"
+    target.write_text("precious\n")
+    code, _, _ = export(capsys, "--from", str(garbage), "--out", str(target), "--force")
+    assert code == 1
+    assert target.read_text() == "precious\n"
+    assert _names(tmp_path) == ["garbage.jsonl", "x.jsonl"]
+
+
+def test_a_reader_that_aborts_leaves_no_output(tmp_path, capsys, monkeypatch) -> None:
+    """zstd spans without the zstandard package: the read stops with the install hint."""
+    from agenttrace.storage.otlp_proto import ZSTD_MAGIC
+
+    (tmp_path / "spans.pb.zst").write_bytes(ZSTD_MAGIC + b"\x00" * 60)
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # import zstandard now fails
+    target = tmp_path / "out" / "x.jsonl"
+    code, _, err = export(capsys, "--from", str(tmp_path / "spans.pb.zst"), "--out", str(target))
+    assert code == 1
+    assert "pip install 'otel-agenttrace[zstd]'" in err
+    assert "Traceback" not in err
+    assert _names(tmp_path) == ["spans.pb.zst"]
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, OSError])
+def test_an_export_stopped_midway_leaves_no_output(
+    demo_run, tmp_path, capsys, monkeypatch, interruption
+) -> None:
+    """Ctrl-C, or a read error, after some episodes were already written to the output."""
+    spans, _ = demo_run
+    written: list[str] = []
+    real_emitter = export_command._emitter
+
+    def emitter(*args):
+        emit = real_emitter(*args)
+
+        def stopping(trajectory):
+            emit(trajectory)
+            written.append(trajectory.episode_id)
+            if len(written) == 3:
+                raise interruption(5, "Input/output error")
+
+        return stopping
+
+    monkeypatch.setattr(export_command, "_emitter", emitter)
+    target = tmp_path / "new" / "x.jsonl"
+    code, _, err = export(capsys, "--from", str(spans), "--out", str(target))
+    assert len(written) == 3
+    if interruption is KeyboardInterrupt:
+        assert code == 130 and "interrupted; no output file written" in err
+    else:
+        assert code == 1 and "Input/output error; no output written" in err
+    assert _names(tmp_path) == []
 
 
 @pytest.mark.parametrize(

@@ -336,70 +336,126 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_FAILURE
     report.source = source.description
 
+    # Every way out but success removes what this run created: the partial file and any
+    # folder made for it. A file that was at the target before (--force) is never touched:
+    # the output goes to a partial file renamed into place only at the very end.
+    created = _missing_folders(target.parent)
+    writer: SingleFileWriter | None = None
+    written = False
+    started = time.perf_counter()
     try:
         writer = SingleFileWriter(
             target, schema=_schema(args.format) if kind == "parquet" else None
         )
-    except (ImportError, OSError) as exc:
-        err.print(f"agenttrace export: error: cannot write {target}: {exc}")
-        return EXIT_FAILURE
-    emit = _emitter(args.format, kind, writer, report)
-    started = time.perf_counter()
-    assembler = StreamingAssembler(grace=args.grace)
-    report.counts = assembler.counts
-    services = _EpisodeServices()
-    progress = _progress(err, disabled=args.quiet)
-    task = progress.add_task("reading", total=None)
-    try:
-        with progress, _fewer_collections():
-
-            def tick() -> None:
-                progress.update(task, description=_progress_text(report, assembler))
-
-            def handle(trajectory: Trajectory) -> None:
-                reason = episode_filter.reason(trajectory, services.pop(trajectory.episode_id))
-                if reason is not None:
-                    report.filtered[reason] += 1
-                else:
-                    emit(trajectory)
-
-            # One loop per span, no generator between reader and assembler: at a million
-            # spans each layer would cost about 1 % of the export.
-            add, episode_span, count = assembler.add, sc.EPISODE, 0
-            try:
-                for record in restore(source.records()):
-                    count += 1
-                    if not count & 0xFFF:
-                        report.spans = count
-                        tick()
-                    if record.name == episode_span:
-                        services.note(record)
-                    done = add(record)
-                    if done:
-                        for trajectory in done:
-                            handle(trajectory)
-                for trajectory in assembler.finish():
-                    handle(trajectory)
-            finally:
-                report.spans = count
-            tick()  # the progress line shows spans every 4096, and the final count here
+        _rebuild(
+            source,
+            restore,
+            StreamingAssembler(grace=args.grace),
+            episode_filter,
+            _emitter(args.format, kind, writer, report),
+            report,
+            _progress(err, disabled=args.quiet),
+        )
+        if sum(report.written.values()) == 0 and not report.filtered:
+            _print_bad_records(report, err)
+            err.print(f"agenttrace export: error: {_why_nothing(report)}; no output written")
+            return EXIT_FAILURE
+        path = writer.close()
+        written = True
     except KeyboardInterrupt:
-        writer.discard()
         err.print("agenttrace export: interrupted; no output file written")
         return EXIT_INTERRUPTED
-    except BackendError as exc:
-        writer.discard()
-        err.print(f"agenttrace export: error: {exc}")
+    except (BackendError, SourceError, ImportError, OSError) as exc:
+        # A backend that fails, a missing optional package (zstd), a file that cannot be
+        # read or written: the run stops, and says why.
+        err.print(f"agenttrace export: error: {exc}; no output written")
         return EXIT_FAILURE
-    except BaseException:
-        writer.discard()
-        raise
-    path = writer.close()
+    finally:
+        if not written:
+            if writer is not None:
+                writer.discard()
+            _remove_folders(created)
     report.seconds = time.perf_counter() - started
     if not args.quiet:
         _print_summary(report, path, args.format, out, err)
-    nothing = sum(report.written.values()) == 0 and not report.filtered
-    return EXIT_FAILURE if nothing and report.bad_records else EXIT_OK
+    return EXIT_OK
+
+
+def _rebuild(
+    source: Any,
+    restore: Any,
+    assembler: StreamingAssembler,
+    episode_filter: EpisodeFilter,
+    emit: Any,
+    report: ExportReport,
+    progress: Progress,
+) -> None:
+    """Read every span of ``source``, emit each rebuilt episode the filters keep."""
+    report.counts = assembler.counts
+    services = _EpisodeServices()
+    task = progress.add_task("reading", total=None)
+    with progress, _fewer_collections():
+
+        def tick() -> None:
+            progress.update(task, description=_progress_text(report, assembler))
+
+        def handle(trajectory: Trajectory) -> None:
+            reason = episode_filter.reason(trajectory, services.pop(trajectory.episode_id))
+            if reason is not None:
+                report.filtered[reason] += 1
+            else:
+                emit(trajectory)
+
+        # One loop per span, no generator between reader and assembler: at a million
+        # spans each layer would cost about 1 % of the export.
+        add, episode_span, count = assembler.add, sc.EPISODE, 0
+        try:
+            for record in restore(source.records()):
+                count += 1
+                if not count & 0xFFF:
+                    report.spans = count
+                    tick()
+                if record.name == episode_span:
+                    services.note(record)
+                done = add(record)
+                if done:
+                    for trajectory in done:
+                        handle(trajectory)
+            for trajectory in assembler.finish():
+                handle(trajectory)
+        finally:
+            report.spans = count
+        tick()  # the progress line shows spans every 4096, and the final count here
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders on the way to ``folder`` that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_folders(folders: list[Path]) -> None:
+    """Remove the folders a failed run created (deepest first), if they are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (someone else wrote there), or already gone
+            return
+
+
+def _why_nothing(report: ExportReport) -> str:
+    """Why an export rebuilt no episode at all (filters that left nothing are no failure)."""
+    if report.spans == 0:
+        if report.bad_records:
+            return f"nothing could be read from {report.source}: every record was unreadable"
+        return f"no spans in {report.source}"
+    return (
+        f"no episode in {report.source}: none of its {report.spans:,} spans belongs to an "
+        "agenttrace episode (no 'episode' span)"
+    )
 
 
 @contextlib.contextmanager
@@ -537,15 +593,18 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
     ):
         if value:
             out.print(f"  {value:,} {label}")
-    if report.bad_records:
-        plural = "s" if report.bad_records != 1 else ""
-        err.print(
-            Text.assemble(
-                (f"{report.bad_records:,} unreadable record{plural} skipped", "bold"),
-                f" (first {SHOWN_ERRORS} shown):" if report.bad_records > SHOWN_ERRORS else ":",
-            )
+    _print_bad_records(report, err)
+
+
+def _print_bad_records(report: ExportReport, err: Console) -> None:
+    if not report.bad_records:
+        return
+    plural = "s" if report.bad_records != 1 else ""
+    err.print(
+        Text.assemble(
+            (f"{report.bad_records:,} unreadable record{plural} skipped", "bold"),
+            f" (first {SHOWN_ERRORS} shown):" if report.bad_records > SHOWN_ERRORS else ":",
         )
-        for error in report.first_errors:
-            err.print(f"  {error}")
-    if not episodes and not report.filtered:
-        out.print("no episodes found in the source")
+    )
+    for error in report.first_errors:
+        err.print(f"  {error}")
