@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shlex
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -402,3 +403,36 @@ def test_an_install_hint_in_an_error_prints_literally(demo_run, tmp_path, capsys
     assert code == 1
     assert "pip install 'otel-agenttrace[parquet]'" in err
     assert out == "" and list(tmp_path.iterdir()) == []
+
+
+# --- help -------------------------------------------------------------------------------------
+
+
+def test_help_explains_every_source_form_with_a_whole_example(capsys, monkeypatch) -> None:
+    from agenttrace.cli.main import build_parser
+    from agenttrace.storage.sources import SourceOptions, open_source
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["export", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) < 80
+    for form in (
+        "a span file, a folder (its span files) or a glob",
+        "jaeger+http://HOST:16686",
+        "tempo+http://HOST:3200",
+        "phoenix+http://HOST:6006/PROJECT",
+    ):
+        assert f"\n\n  {form}" in text, form  # each form heads its own paragraph
+    examples = [line.strip() for line in text.splitlines() if line.startswith("        --from ")]
+    schemes = {example.split()[1].partition("+")[0] for example in examples}
+    assert {"jaeger", "tempo", "phoenix"} <= schemes
+    assert len(examples) >= 6
+    # Every example is a valid command line, and every backend example a source export reads.
+    for example in examples:
+        args = build_parser().parse_args(["export", *shlex.split(example), "--out", "t.jsonl"])
+        if "+http" in args.source:
+            source = open_source(args.source, SourceOptions(service=args.service))
+            assert source.description
+    for option in ("--service", "--since", "--until", "--query", "--header"):
+        assert option in text[text.index("SOURCE (--from)") :]
+    assert "--from SOURCE         where the spans are: span file, folder or glob;" in text

@@ -51,22 +51,72 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+#: ``agenttrace export --help``: every form ``--from`` takes, with an example each. Written
+#: out by hand (RawDescriptionHelpFormatter) so the examples stay whole lines; under 80 columns.
+SOURCE_HELP = """\
+SOURCE (--from) is one of:
+
+  a span file, a folder (its span files) or a glob (quote it)
+      OTLP/JSON lines (agenttrace's spans.jsonl, the Collector's file exporter;
+      gzip too) or the Collector's length-prefixed protobuf (zstd too), told
+      apart by their first bytes. Files are read whole; --service, --since and
+      --until then keep the matching episodes.
+        --from agenttrace_runs/demo-seed7/spans.jsonl
+        --from agenttrace_runs/demo-seed7
+        --from 'collector-out/*.jsonl*'
+
+  jaeger+http://HOST:16686
+      Jaeger's query API v3 (add ?api=v1 for the v1 API). Needs --service:
+      Jaeger searches traces by service.name; --since/--until are the search
+      window (default: all time).
+        --from jaeger+http://localhost:16686 --service my-trainer --since 6h
+
+  tempo+http://HOST:3200
+      Tempo: a TraceQL search for traces with an episode span (of --service
+      when given; --query TRACEQL searches with your own), then each trace.
+      --since/--until are the search window (default: up to now, as far back
+      as Tempo searches by default).
+        --from tempo+http://localhost:3200 --service my-trainer --since 2d
+
+  phoenix+http://HOST:6006/PROJECT
+      The spans of Phoenix project PROJECT, page by page; --since/--until
+      bound the spans' start times. Phoenix has no service search: --service
+      keeps the matching episodes after reading.
+        --from phoenix+http://localhost:6006/my-project
+
+  Every backend also takes +https (tempo+https://HOST). Authenticate with
+  --header KEY=VALUE, AGENTTRACE_EXPORT_HEADERS or AGENTTRACE_EXPORT_TOKEN
+  (never printed). Whatever the source, --service keeps the episodes whose
+  episode span has that service.name, and --since/--until the episodes that
+  start in the window.
+
+Exit status: 0 done (also when the filters left no episode); 1 the source
+could not be read, holds no spans or no episode, or nothing could be rebuilt
+from it; 2 bad arguments; 130 interrupted. A failed export leaves no output
+file behind (docs/cli.md).
+"""
+
+
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "export",
         help="rebuild trajectories from stored spans (files, Jaeger, Tempo, Phoenix)",
-        description="Read spans from span files or a trace backend, rebuild each episode "
-        "with the same assembler the live pipeline uses, and write one .jsonl or .parquet "
-        "file. Episodes are written as soon as they are complete; those that never complete "
-        "are written at the end with status 'incomplete'.",
-        epilog="SOURCE: a span file, folder or glob (OTLP/JSON lines, gzip, or the "
-        "Collector's length-prefixed protobuf); jaeger+http://HOST:16686 (add ?api=v1 for "
-        "the old API); tempo+http://HOST:3200; phoenix+http://HOST:6006/PROJECT. Backend "
-        "auth: --header or AGENTTRACE_EXPORT_HEADERS / AGENTTRACE_EXPORT_TOKEN. "
-        "Exit status: 0 done; 1 the source could not be read, or nothing could be rebuilt "
-        "from it; 2 bad arguments; 130 interrupted (no output file is left behind).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Read spans from span files or a trace backend, rebuild each episode with\n"
+        "the same assembler the live pipeline uses, and write one .jsonl or .parquet\n"
+        "file. "
+        "Episodes are written as soon as they are complete; those that never\n"
+        "complete are written at the end with status 'incomplete'.",
+        epilog=SOURCE_HELP,
     )
-    parser.add_argument("--from", dest="source", required=True, metavar="SOURCE")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="SOURCE",
+        help="where the spans are: span file, folder or glob; jaeger+http://HOST:16686; "
+        "tempo+http://HOST:3200; phoenix+http://HOST:6006/PROJECT (see SOURCE below)",
+    )
     parser.add_argument(
         "--out", required=True, metavar="FILE", help="output file: *.jsonl, *.jsonl.gz, *.parquet"
     )
