@@ -41,6 +41,7 @@ import importlib
 import inspect
 import logging
 import os
+import sys
 import threading
 import types
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -720,6 +721,9 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
     except config.ConfigError:
         pass  # a bad value is reported by configure(); warn as by default
     uncalled = patcher.uncalled()
+    if uncalled and _started_a_ray_session():
+        logger.debug("agenttrace: a Ray driver; targets never called here: %s", uncalled)
+        return
     if uncalled:
         logger.warning(
             "agenttrace: %d target%s never called in this process: %s. Check that each names "
@@ -730,6 +734,18 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
             "; ".join(str(t) for t in uncalled),
             "AGENTTRACE_WARN_UNCALLED_TARGETS",
         )
+
+
+def _started_a_ray_session() -> bool:
+    """True in a Ray driver: its targets run in the actor and task processes, not here."""
+    module = sys.modules.get("ray._private.worker")
+    worker = getattr(module, "global_worker", None)
+    try:  # Ray's own exit handler may have ended the session (mode None) before ours runs
+        return worker is not None and (
+            worker.mode is not None or getattr(worker, "logger_thread", None) is not None
+        )
+    except Exception:
+        return False
 
 
 def targets_from_environment(
