@@ -8,15 +8,26 @@ table in docs/configuration.md is generated from ``SETTINGS`` by a test, so it c
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+logger = logging.getLogger("agenttrace")
+
 
 class ConfigError(ValueError):
     """A setting has a value agenttrace cannot use."""
+
+
+class OutputFolderError(ConfigError, OSError):
+    """The output folder (``out`` / ``AGENTTRACE_OUT``) cannot be created or written to.
+
+    A :class:`ConfigError`, and an :class:`OSError` too, for callers that handle file errors.
+    """
 
 
 def _parse_bool(text: str) -> bool:
@@ -45,10 +56,15 @@ def _parse_callable(text: str) -> Callable[..., Any]:
 
 
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    expected = "a whole number" if kind is int else "a number"
+
     def parse(text: str) -> Any:
-        value = kind(text)
-        if value <= 0:
-            raise ValueError("must be greater than 0")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise ValueError(f"expected {expected} greater than 0") from None
+        if not value > 0:  # NaN too
+            raise ValueError(f"expected {expected} greater than 0")
         return value
 
     return parse
@@ -284,6 +300,18 @@ SETTINGS: tuple[Setting, ...] = (
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 
+#: ``AGENTTRACE_*`` variables read outside :data:`SETTINGS`; the check for misspelt variables
+#: leaves them alone. Keep this list current when code, the stack or CI reads a new one.
+OTHER_VARIABLES: tuple[str, ...] = (
+    "AGENTTRACE_EXPORT_HEADERS",  # agenttrace/storage/http.py: `agenttrace export` auth
+    "AGENTTRACE_EXPORT_TOKEN",  # agenttrace/storage/http.py
+    "AGENTTRACE_UID",  # docker-compose.yml: owner of the stack's span files
+    "AGENTTRACE_GID",  # docker-compose.yml
+    "AGENTTRACE_SPANS_DIR",  # docker-compose.yml: where the collector writes span files
+    "AGENTTRACE_REQUIRE_PROMETHEUS",  # tests and .ci/run: fail instead of skipping
+)
+_PREFIX = "AGENTTRACE_"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -316,9 +344,14 @@ class Settings:
 def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settings:
     """Settings from explicit values (None = not given), then the environment, then defaults."""
     environ = os.environ if environ is None else environ
-    unknown = set(explicit) - set(_BY_NAME)
+    warn_unknown_variables(environ)
+    unknown = sorted(set(explicit) - set(_BY_NAME))
     if unknown:
-        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        named = [name + _did_you_mean(name, list(_BY_NAME)) for name in unknown]
+        raise ConfigError(
+            f"unknown setting(s): {', '.join(named)}; "
+            "the settings are listed in docs/configuration.md"
+        )
     values: dict[str, Any] = {}
     for setting in SETTINGS:
         given = explicit.get(setting.name)
@@ -330,6 +363,53 @@ def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settin
     assert {f.name for f in fields(Settings)} == set(values)
     _check_export_content(values)
     return Settings(**values)
+
+
+def defaults(**overrides: Any) -> Settings:
+    """Every setting at its default (``overrides`` aside), without reading the environment."""
+    values = {setting.name: setting.default for setting in SETTINGS}
+    values.update(overrides)
+    return Settings(**values)
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A message for each ``AGENTTRACE_*`` variable that nothing in agenttrace reads.
+
+    Such a variable is almost always a misspelt setting (``AGENTTRACE_SINK``), which would
+    otherwise be ignored without a word; the message names the closest known variable.
+    """
+    environ = os.environ if environ is None else environ
+    known = [setting.env for setting in SETTINGS] + list(OTHER_VARIABLES)
+    # Compared without the common prefix, which would make every name look close.
+    tails = [k[len(_PREFIX) :] for k in known]
+    messages = {}
+    for name in sorted(environ):
+        if not name.startswith(_PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(name[len(_PREFIX) :], tails, n=1, cutoff=0.6)
+        hint = (
+            f"did you mean {_PREFIX}{close[0]}?"
+            if close
+            else "the variables are listed in docs/configuration.md"
+        )
+        messages[name] = f"agenttrace: {name} is not a variable agenttrace reads (ignored); {hint}"
+    return messages
+
+
+_warned_variables: set[str] = set()
+
+
+def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
+    """Log :func:`unknown_variables`, each variable once per process."""
+    for name, message in unknown_variables(environ).items():
+        if name not in _warned_variables:
+            _warned_variables.add(name)
+            logger.warning("%s", message)
+
+
+def _did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_export_content(values: dict[str, Any]) -> None:
@@ -354,7 +434,9 @@ def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     setting = _BY_NAME.get(name)
     if setting is None:
         raise ConfigError(f"unknown setting: {name}")
-    return _from_environment(setting, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    warn_unknown_variables(environ)
+    return _from_environment(setting, environ)
 
 
 def parse_setting(name: str, value: Any) -> Any:
@@ -410,8 +492,9 @@ def _check_choices(setting: Setting, value: Any, where: str) -> None:
     items = value if isinstance(value, tuple) else (value,)
     bad = [item for item in items if item not in setting.choices]
     if bad:
+        hints = "".join(_did_you_mean(str(item), setting.choices) for item in bad[:1])
         raise ConfigError(
-            f"{where}: unknown {setting.name} {', '.join(map(repr, bad))}; "
+            f"{where}: unknown {setting.name} {', '.join(map(repr, bad))}{hints}; "
             f"choose from {', '.join(setting.choices)}"
         )
 

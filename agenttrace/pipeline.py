@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -78,8 +79,11 @@ class AgentTrace:
             targets = ("file",)
             if self.owns_provider and any(os.environ.get(v) for v in _OTLP_ENDPOINT_VARS):
                 targets = ("file", "otlp")
+        # Everything that can fail on a bad setting or an unusable output folder comes before
+        # anything starts (threads, the helper process) or is added to the provider.
         # The export content policy wraps only the backend exporter: spans.jsonl stays whole.
         export_policy = _export_policy(settings) if "otlp" in targets else None
+        span_exporter = _otlp_exporter("traces") if "otlp" in targets else None
         spec = WriterSpec(
             sinks=tuple(self._sink_specs()),
             span_file=self._span_file_options() if "file" in targets else None,
@@ -89,13 +93,18 @@ class AgentTrace:
         chosen_meter_provider = self._choose_meter_provider(meter_provider)
         if chosen_meter_provider is not None:
             self.metrics = EpisodeMetrics(chosen_meter_provider)
-        writer = _make_writer(
-            spec,
-            user_sinks,
-            settings.writer,
-            in_ray_worker=in_ray_worker,
-            on_summary=self.metrics.record if self.metrics is not None else None,
-        )
+        try:
+            writer = _make_writer(
+                spec,
+                user_sinks,
+                settings.writer,
+                in_ray_worker=in_ray_worker,
+                on_summary=self.metrics.record if self.metrics is not None else None,
+            )
+        except BaseException:
+            if self.owned_meter_provider is not None:
+                self.owned_meter_provider.shutdown()
+            raise
         self.trajectory_processor = TrajectoryProcessor(
             writer=writer,
             max_open_episodes=settings.max_open_episodes,
@@ -109,10 +118,9 @@ class AgentTrace:
             ),
         )
         self.provider.add_span_processor(self.trajectory_processor)
-        if "otlp" in targets:
-            exporter = _otlp_exporter("traces")
+        if span_exporter is not None:
             processor = LosslessSpanProcessor(
-                export_policy(exporter) if export_policy is not None else exporter,
+                export_policy(span_exporter) if export_policy is not None else span_exporter,
                 max_queue=settings.queue_size,
                 block_timeout=settings.block_timeout,
             )
@@ -154,10 +162,19 @@ class AgentTrace:
         return self.owned_meter_provider
 
     def _ensure_run_dir(self) -> Path:
+        """The run folder, made now and checked writable, so a bad ``out`` fails here."""
         if self.run_dir is None:
             name = self.settings.run_name or _default_run_name()
-            self.run_dir = Path(self.settings.out) / safe_filename(name)
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir = Path(self.settings.out) / safe_filename(name)
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                _check_writable(run_dir)
+            except OSError as exc:
+                raise config.OutputFolderError(
+                    f"cannot write to the output folder {self.settings.out!r} "
+                    f"(out= / AGENTTRACE_OUT): {exc}"
+                ) from exc
+            self.run_dir = run_dir
         return self.run_dir
 
     def _sink_specs(self) -> list[SinkSpec]:
@@ -245,6 +262,13 @@ class AgentTrace:
             self.metrics.failures if self.metrics is not None else 0
         )
         return stats
+
+
+def _check_writable(folder: Path) -> None:
+    """Raise the OSError of creating a file in ``folder``, if any."""
+    fd, name = tempfile.mkstemp(prefix=".agenttrace-write-check-", dir=folder)
+    os.close(fd)
+    os.unlink(name)
 
 
 def _default_run_name() -> str:
@@ -405,15 +429,45 @@ def configure(
 
 
 def get_default() -> AgentTrace:
-    """The default pipeline, configured from the environment on first use."""
+    """The default pipeline, configured from the environment on first use.
+
+    Never raises: when the environment holds a bad setting or the output folder cannot be
+    written, it logs one line saying so and returns a switched-off pipeline, so the program
+    runs on untraced (an explicit :func:`configure` raises :class:`ConfigError` instead).
+    """
     instance = _default
     if instance is not None:
         return instance
     with _default_lock:
         if _default is None:
-            _set_default(AgentTrace(config.resolve()))
+            _set_default(_from_environment())
         assert _default is not None
         return _default
+
+
+def _from_environment() -> AgentTrace:
+    try:
+        return AgentTrace(config.resolve())
+    except (config.ConfigError, OSError, ImportError) as exc:
+        if not _switched_off_in_environment():  # else off is what was asked for: no line
+            logger.error("agenttrace: %s; tracing is off for this process", _one_line(exc))
+    except Exception:
+        logger.exception("agenttrace: could not set up tracing; tracing is off for this process")
+    return AgentTrace(config.defaults(enabled=False))
+
+
+def _switched_off_in_environment() -> bool:
+    try:
+        return config.read_setting("enabled") is False
+    except config.ConfigError:
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (config.ConfigError, OSError)):
+        return text
+    return f"{type(exc).__name__}: {text}"
 
 
 def _set_default(instance: AgentTrace | None) -> None:
