@@ -28,6 +28,18 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     at.shutdown()
 
 
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This environment without AGENTTRACE_* and OTEL_* variables, plus ``extra``: what a
+    program run by a test starts from."""
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("AGENTTRACE_", "OTEL_"))
+    }
+    environ.update(extra)
+    return environ
+
+
 def exported(source: str, out: Path, *options: str) -> list[at.Trajectory]:
     """``agenttrace export --from source --out out`` run in-process; its trajectories."""
     code = main(["export", "--from", str(source), "--out", str(out), "--quiet", *options])

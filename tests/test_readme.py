@@ -7,7 +7,6 @@ what they print and write is checked against CartPole played here without agentt
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import clean_environ
 
 from agenttrace.cli.main import build_parser
 from agenttrace.sinks import load_trajectories
@@ -49,7 +49,7 @@ def test_the_python_snippets_run_as_printed(tmp_path):
     blocks = fenced_blocks(README.read_text(), "python")
     assert len(blocks) >= 3
     (tmp_path / "readme_snippets.py").write_text("\n\n".join(blocks))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
+    env = clean_environ()
     result = subprocess.run(
         [sys.executable, "readme_snippets.py"],
         cwd=tmp_path,

@@ -10,7 +10,6 @@ once, at start; targets never called are reported once, at exit.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import clean_environ
 
 from agenttrace.instrument.auto import AgentTraceInstrumentor
 from agenttrace.instrument.script import running_script, why_never_defined
@@ -86,8 +86,7 @@ TARGETS = (
 def run_instrumented(
     folder: Path, command: list[str], targets: str, **extra: str
 ) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
-    env.update(
+    env = clean_environ(
         AGENTTRACE_TARGETS=targets,
         AGENTTRACE_OUT=str(folder / "runs"),
         AGENTTRACE_WRITER="thread",
@@ -261,8 +260,7 @@ def test_instrument_in_code_from_the_running_script(tmp_path):
             """
         )
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
-    env.update(AGENTTRACE_OUT=str(tmp_path / "runs"), AGENTTRACE_EXIT_REPORT="false")
+    env = clean_environ(AGENTTRACE_OUT=str(tmp_path / "runs"), AGENTTRACE_EXIT_REPORT="false")
     result = subprocess.run(
         [sys.executable, "selfie.py"],
         cwd=tmp_path,
