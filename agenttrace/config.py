@@ -285,8 +285,10 @@ SETTINGS: tuple[Setting, ...] = (
         "AGENTTRACE_EXIT_REPORT",
         _parse_bool,
         True,
-        "At exit, say on stderr in one line how many episodes were written and where "
-        "(agenttrace: 12 episodes -> agenttrace_runs/run-.../trajectories.jsonl).",
+        "When the pipeline shuts down (at exit, or at an explicit shutdown() or configure() "
+        "that replaces it), say on stderr in one line how many episodes it wrote and where, "
+        "and what was lost if anything (agenttrace: 12 episodes -> "
+        "agenttrace_runs/run-.../trajectories.jsonl). Nothing when it wrote nothing.",
     ),
     Setting(
         "warn_uncalled_targets",

@@ -9,6 +9,7 @@ Episode metrics pick their MeterProvider the same way (docs/metrics.md).
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import importlib
 import logging
@@ -67,11 +68,14 @@ class AgentTrace:
         self.metrics: EpisodeMetrics | None = None
         self.owned_meter_provider: Any | None = None  # an SDK MeterProvider agenttrace made
         self._shut_down = False
+        self._pid = os.getpid()
         self.provider, self.owns_provider = _choose_provider(tracer_provider, settings)
         self.tracer = self.provider.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__)
         # Open episodes by environment, to mark them abandoned/aborted (see instrument.spans).
         self.open_episodes_by_env: dict[int, Any] = {}
         self.env_lock = threading.Lock()
+        user_sinks = list(extra_sinks)
+        self._user_sink_count = len(user_sinks)
         if not self.enabled:
             return
         targets = settings.spans
@@ -88,7 +92,6 @@ class AgentTrace:
             sinks=tuple(self._sink_specs()),
             span_file=self._span_file_options() if "file" in targets else None,
         )
-        user_sinks = list(extra_sinks)
         in_ray_worker = _in_ray_worker()
         chosen_meter_provider = self._choose_meter_provider(meter_provider)
         if chosen_meter_provider is not None:
@@ -116,6 +119,7 @@ class AgentTrace:
             foreign_spans=ForeignSpanPolicy(
                 capture_content=self.capture_content, redact=self.redact
             ),
+            shutdown_at_exit=False,  # this pipeline's exit handler shuts it down, then reports
         )
         self.provider.add_span_processor(self.trajectory_processor)
         if span_exporter is not None:
@@ -126,6 +130,9 @@ class AgentTrace:
             )
             self.provider.add_span_processor(processor)
             self.span_processors.append(processor)
+        # Registered after the writer: exit handlers run last-registered first, so this one
+        # runs before the helper process is told to stop (writer_process._Helper.stop).
+        atexit.register(self._at_exit)
 
     # --- construction ---------------------------------------------------------------------
 
@@ -226,19 +233,83 @@ class AgentTrace:
             ok = self.owned_meter_provider.force_flush(timeout_millis) and ok
         return ok
 
-    def shutdown(self) -> None:
-        """Flush, write still-open episodes as incomplete, close files. Idempotent."""
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Flush, write still-open episodes as incomplete, close files. Idempotent.
+
+        Then, unless the ``exit_report`` setting is false, says on stderr in one line how many
+        episodes were written and where (:meth:`summary_line`). Runs by itself at exit.
+        """
         if self._shut_down:
             return
         self._shut_down = True
+        atexit.unregister(self._at_exit)
         if self.trajectory_processor is not None:
-            self.trajectory_processor.shutdown()
+            self.trajectory_processor.shutdown(timeout_millis)
         for processor in self.span_processors:
             processor.shutdown()
         if self.owns_provider:
             self.provider.shutdown()
         if self.owned_meter_provider is not None:  # after the writer: its last episodes count
             self.owned_meter_provider.shutdown()
+        # A forked child that exits normally runs this too; its counters start as a copy of
+        # the parent's, so only the process that made the pipeline reports.
+        if self.settings.exit_report and self.enabled and os.getpid() == self._pid:
+            self._say_where_written()
+
+    def _at_exit(self) -> None:
+        self.shutdown(timeout_millis=10_000)
+
+    def summary_line(self) -> str | None:
+        """``agenttrace: 12 episodes -> <file or run folder>``, with what was lost, if any.
+
+        None when this pipeline neither wrote nor tried to write anything. Complete after
+        :meth:`shutdown`.
+        """
+        if not self.enabled or self.trajectory_processor is None:
+            return None
+        stats = self.stats()
+        episodes = stats.get("episodes_written", 0)
+        lost = _losses(stats)
+        if not (episodes or stats.get("spans_written", 0) or lost):
+            return None
+        line = f"agenttrace: {episodes} episode{'' if episodes == 1 else 's'}"
+        where = self._where_written()
+        if where:
+            line += f" -> {where}"
+        if lost:
+            line += ", " + ", ".join(lost) + " (see AgentTrace.stats())"
+        return line
+
+    def _where_written(self) -> str:
+        paths = self.trajectory_paths
+        if len(paths) == 1:
+            return str(paths[0])
+        if paths:
+            if self.run_dir is not None and all(self.run_dir in p.parents for p in paths):
+                return str(self.run_dir)
+            return os.path.commonpath([str(p) for p in paths])
+        places = []
+        if "otlp" in self.settings.sinks:
+            places.append("the OTLP logs endpoint")
+        if self._user_sink_count:
+            places.append("your sink" + ("s" if self._user_sink_count > 1 else ""))
+        if not places:  # no trajectory output: say where the spans went
+            spans = self.span_paths
+            if len(spans) == 1:
+                places.append(f"{spans[0]} (spans only)")
+            elif self.run_dir is not None:
+                places.append(f"{self.run_dir} (spans only)")
+        return " and ".join(places)
+
+    def _say_where_written(self) -> None:
+        try:
+            line = self.summary_line()
+            if line is not None and sys.stderr is not None:
+                # Not the logger: it has no handler of its own, and info would be dropped.
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+        except Exception:  # at exit, on a closed stderr say: never an error of ours
+            logger.debug("agenttrace: could not write the exit report", exc_info=True)
 
     def stats(self) -> dict[str, Any]:
         """Counters for the run summary, including every kind of loss."""
@@ -262,6 +333,48 @@ class AgentTrace:
             self.metrics.failures if self.metrics is not None else 0
         )
         return stats
+
+
+#: Counters of what was lost, for the exit report: (label, counters summed).
+_LOSS_LABELS = (
+    (
+        "episode",
+        (
+            "episodes_dropped_open_limit",
+            "episodes_dropped_queue_full",
+            "episodes_failed_assembly",
+            "episodes_lost_writer_crash",
+        ),
+    ),
+    (
+        "span",
+        (
+            "spans_dropped",  # queue full, failed write, export queue full
+            "spans_dropped_episode_limit",
+            "late_spans",
+            "spans_lost_writer_crash",
+            "spans_export_failed",
+        ),
+    ),
+)
+
+
+def _losses(stats: dict[str, Any]) -> list[str]:
+    """``["3 episodes lost", "2 errors"]``: the non-zero loss and error counts."""
+    found = []
+    for label, keys in _LOSS_LABELS:
+        count = sum(int(stats.get(key, 0) or 0) for key in keys)
+        if count:
+            found.append(f"{count} {label}{'' if count == 1 else 's'} lost")
+    errors = (
+        sum((stats.get("sink_errors") or {}).values())
+        + int(stats.get("metrics_failures", 0) or 0)
+        + int(stats.get("export_content_blob_failures", 0) or 0)
+        + int(stats.get("internal_errors", 0) or 0)
+    )
+    if errors:
+        found.append(f"{errors} error{'' if errors == 1 else 's'}")
+    return found
 
 
 def _check_writable(folder: Path) -> None:

@@ -88,7 +88,10 @@ class TrajectoryProcessor(SpanProcessor):
         flush_each_episode: bool = False,
         foreign_spans: ForeignSpanPolicy | None = None,
         meter_provider: Any | None = None,
+        shutdown_at_exit: bool = True,
     ) -> None:
+        """``shutdown_at_exit=False``: the owner shuts it down at exit (the pipeline does, so
+        that it can report after the final flush)."""
         if writer is None:
             metrics = EpisodeMetrics(meter_provider) if meter_provider is not None else None
             writer = EpisodeWriter(
@@ -130,7 +133,8 @@ class TrajectoryProcessor(SpanProcessor):
             on_idle=self._expire_idle,
             wake_weight=_WAKE_AFTER_SPANS,
         )
-        atexit.register(self._at_exit)
+        if shutdown_at_exit:
+            atexit.register(self._at_exit)
 
     # --- caller's thread --------------------------------------------------------------------
 
