@@ -25,7 +25,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from agenttrace import config
+from agenttrace import _logging, config
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
@@ -35,6 +35,7 @@ from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.processing.writer import EpisodeWriter, SinkSpec, WriterSpec
 from agenttrace.processing.writer_process import RemoteWriter
+from agenttrace.sinks import files as _files
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.callback import as_sink
 from agenttrace.sinks.files import safe_filename
@@ -600,3 +601,24 @@ def shutdown() -> None:
 def force_flush(timeout_millis: int = 30_000) -> bool:
     instance = _default
     return instance.force_flush(timeout_millis) if instance is not None else True
+
+
+#: How long loading trajectories waits for the default pipeline to write what it has.
+READ_FLUSH_TIMEOUT_MILLIS = 30_000
+
+
+def _flush_before_reading() -> None:
+    """Before trajectories are loaded: write every episode the default pipeline finished."""
+    instance = _default
+    if instance is None or not instance.enabled or instance._shut_down:
+        return
+    if not instance.force_flush(READ_FLUSH_TIMEOUT_MILLIS):
+        _logging.warn_once(
+            "read-flush",
+            "agenttrace: reading trajectories before the tracing pipeline finished writing "
+            "(it took over %d s); episodes finished just before may be missing",
+            READ_FLUSH_TIMEOUT_MILLIS // 1000,
+        )
+
+
+_files.before_reading(_flush_before_reading)
