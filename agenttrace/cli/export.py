@@ -226,7 +226,8 @@ def _grace(text: str) -> int | None:
     return value
 
 
-def _episode_ids(values: list[str]) -> set[str]:
+def parse_episode_ids(values: list[str]) -> set[str]:
+    """``--episode`` values: ids, or ``@FILE`` with one id per line (OSError if unreadable)."""
     ids: set[str] = set()
     for value in values:
         if value.startswith("@"):
@@ -237,7 +238,8 @@ def _episode_ids(values: list[str]) -> set[str]:
     return ids
 
 
-def _statuses(values: list[str]) -> set[str]:
+def parse_statuses(values: list[str]) -> set[str]:
+    """``--status`` values, repeated or comma-separated; ValueError names an unknown one."""
     statuses = {s.strip() for value in values for s in value.split(",") if s.strip()}
     unknown = statuses - set(sc.EPISODE_STATUSES)
     if unknown:
@@ -342,8 +344,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             service=args.service,
             since=_nanos(args.since),
             until=_nanos(args.until),
-            episode_ids=_episode_ids(args.episode),
-            statuses=_statuses(args.status),
+            episode_ids=parse_episode_ids(args.episode),
+            statuses=parse_statuses(args.status),
             min_return=args.min_return,
             max_return=args.max_return,
         )

@@ -1,8 +1,9 @@
 """The ``agenttrace`` command: ``demo`` runs the pipeline end to end, ``export`` rebuilds
-trajectories from stored spans, ``inspect`` summarizes trajectory files.
+trajectories from stored spans, ``inspect`` summarizes trajectory files or shows chosen
+episodes step by step (:mod:`agenttrace.cli.episode_view`). docs/cli.md describes them all.
 
-Exit codes: 0 success; 1 a run or a file problem (missing file, nothing readable, episodes
-lost); 2 bad arguments or settings; 130 interrupted.
+Exit codes: 0 success; 1 a run or a file problem (missing file, nothing readable, an episode
+id not found, episodes lost); 2 bad arguments or settings; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as _dt
+import gzip
 import json
 import math
 import os
 import random
+import re
+import shlex
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,12 +31,16 @@ from rich.text import Text
 
 import agenttrace as at
 from agenttrace import config
+from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.cli import demo as demo_task
+from agenttrace.cli import episode_view
 from agenttrace.cli import export as export_command
 from agenttrace.cli.summary import render_summary, summarize
 from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
 from agenttrace.sinks.files import safe_filename
+from agenttrace.storage.otlp_proto import is_length_prefixed
+from agenttrace.trajectory.model import SCHEMA, SCHEMA_NAME
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Bad records shown by ``inspect`` (all are counted).
@@ -58,7 +67,7 @@ def _int_at_least(minimum: int, wording: str) -> Callable[[str], int]:
 
 
 _positive_int = _int_at_least(1, "at least 1")
-_seed = _int_at_least(0, "0 or more")
+_non_negative_int = _int_at_least(0, "0 or more")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,23 +123,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--seed",
-        type=_seed,
+        type=_non_negative_int,
         metavar="S",
         help="seed for a reproducible run (default: random, printed so it can be replayed)",
     )
 
     inspect = commands.add_parser(
         "inspect",
-        help="summarize trajectory files (.jsonl, .jsonl.gz, .json, .parquet)",
-        description="Print the episode summary of trajectory files. FILE may be a file, a "
-        "folder (its trajectory files) or a glob pattern (quote it). Bad records are skipped "
-        "and reported on stderr; the good ones are still counted.",
-        epilog="Exit status: 0 when at least one trajectory was read (or the files are empty); "
-        "1 when a source does not exist or no record could be read; 2 bad arguments.",
+        help="summarize trajectory files, or show chosen episodes step by step",
+        description="Print the episode summary of trajectory files (.jsonl, .jsonl.gz, .json, "
+        ".parquet). FILE may be a file, a folder (its trajectory files) or a glob pattern "
+        "(quote it). With --episode, --worst or --status, print the chosen episodes step by "
+        "step instead: header, each step's action, reward, termination, observation, the "
+        "messages of its model calls and its tool calls, and the episode's error. Bad records "
+        "are skipped and reported on stderr; the good ones are still read.",
+        epilog="Exit status: 0 when at least one trajectory was read (or the files are empty, "
+        "or no episode matches --status); 1 when a source does not exist, no record could be "
+        "read (the message says what the file looks like instead), or an --episode id is not "
+        "in the files; 2 bad arguments.",
     )
     inspect.add_argument("files", nargs="+", metavar="FILE", help="file, folder or glob")
     inspect.add_argument(
-        "--json", action="store_true", help="print the summary as one JSON object instead"
+        "--episode",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="show this episode step by step (repeatable, or @FILE with one id per line)",
+    )
+    inspect.add_argument(
+        "--worst",
+        type=_positive_int,
+        metavar="N",
+        help="show the N episodes with the lowest return, lowest first",
+    )
+    inspect.add_argument(
+        "--status",
+        action="append",
+        default=[],
+        metavar="STATUS",
+        help="show the episodes with this status (repeatable, or comma-separated): "
+        + ", ".join(sc.EPISODE_STATUSES),
+    )
+    inspect.add_argument(
+        "--max-chars",
+        type=_non_negative_int,
+        default=episode_view.MAX_CHARS,
+        metavar="N",
+        help="characters of a message or value shown before it is cut "
+        f"(default: {episode_view.MAX_CHARS}; 0: never cut)",
+    )
+    inspect.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON object; with --episode, --worst or --status, "
+        "the chosen trajectories as JSON lines (the trajectory file format)",
     )
     export_command.add_parser(commands)
     return parser
@@ -363,42 +409,200 @@ def _check_against_runner(
 
 
 def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
-    """``agenttrace inspect``: summarize trajectory files, reporting bad records."""
+    """``agenttrace inspect``: the summary of trajectory files, or chosen episodes step by step.
+
+    Either way the files are read once, as a stream: the summary in bounded memory, chosen
+    episodes printed as they are read (``--worst N`` holds N). Nothing is printed on stdout
+    when no record could be read; stderr then says what the files look like instead.
+    """
+    try:
+        wanted = export_command.parse_episode_ids(args.episode)
+        keep = export_command.EpisodeFilter(
+            episode_ids=wanted, statuses=export_command.parse_statuses(args.status)
+        )
+    except (ValueError, OSError) as exc:  # an unknown status, an unreadable @FILE
+        err.print(f"agenttrace inspect: error: {exc}")
+        return EXIT_USAGE
+    viewing = bool(wanted or keep.statuses or args.worst)
     errors = _BadRecords()
+    seen = episode_view.Selection()
+    shown = 0
     try:
         trajectories = iter_trajectories(list(args.files), on_error=errors.add)
-        summary = summarize(trajectories)
-    except FileNotFoundError as exc:
+        if viewing:
+            chosen = episode_view.select(
+                trajectories,
+                lambda trajectory: keep.reason(trajectory, None) is None,
+                wanted_ids=wanted,
+                worst=args.worst,
+                seen=seen,
+            )
+            shown = _show_episodes(chosen, args, out)
+        else:
+            summary = summarize(trajectories)
+            seen.read = summary.episodes
+    except (FileNotFoundError, ImportError) as exc:  # ImportError: .parquet without pyarrow
         err.print(f"agenttrace inspect: error: {exc}")
         return EXIT_FAILURE
-    except ImportError as exc:  # a .parquet file without pyarrow installed
-        err.print(f"agenttrace inspect: error: {exc}")
-        return EXIT_FAILURE
-    if args.json:
-        data = summary.to_dict()
-        data["bad_records"] = errors.count
-        print(json.dumps(_finite(data), allow_nan=False))
-    else:
-        out.print(f"agenttrace inspect: {summary.episodes} episodes from {_sources(args.files)}")
-        render_summary(summary, out)
-    if errors.count:
+    if errors.count and not seen.read:
+        # Say what the files are instead; the record errors only when that says nothing.
+        paths = dict.fromkeys(error.path for error in errors.first)
+        described = {path: describe_file(path) for path in paths}
+        if not all(described.values()):
+            _report_bad_records(errors, err)
+        plural = "s" if errors.count != 1 else ""
         err.print(
-            Text.assemble(
-                (f"{errors.count} bad record{'s' if errors.count != 1 else ''} skipped", "bold"),
-                f" (first {SHOWN_ERRORS} shown):" if errors.count > SHOWN_ERRORS else ":",
-            )
+            "agenttrace inspect: error: no trajectory could be read "
+            f"({errors.count} bad record{plural})"
         )
-        for error in errors.first:
-            err.print(f"  {error}")
-    if errors.count and summary.episodes == 0:
-        err.print("agenttrace inspect: error: no trajectory could be read")
-        if any(Path(error.path).name.startswith("spans") for error in errors.first):
-            err.print(
-                "hint: spans*.jsonl files hold OTLP/JSON spans, not trajectories; rebuild "
-                "trajectories from them with: agenttrace export --from SPANS --out FILE.jsonl"
-            )
+        for path, what in described.items():
+            if what:
+                err.print(f"  {path}: {what}")
         return EXIT_FAILURE
-    return EXIT_OK
+    if not viewing:
+        if args.json:
+            data = summary.to_dict()
+            data["bad_records"] = errors.count
+            print(json.dumps(_finite(data), allow_nan=False))
+        else:
+            out.print(f"agenttrace inspect: {seen.read} episodes from {_sources(args.files)}")
+            render_summary(summary, out)
+    _report_bad_records(errors, err)
+    if not viewing:
+        return EXIT_OK
+    if not args.json:
+        out.print(
+            f"agenttrace inspect: {shown} of {seen.read} episodes shown "
+            f"({_criteria(args, keep)}) from {_sources(args.files)}"
+        )
+    missing = [episode_id for episode_id in sorted(wanted) if episode_id not in seen.found]
+    for episode_id in missing:
+        similar = seen.similar.get(episode_id)
+        if similar:
+            hint = f"ids containing it: {', '.join(similar)}"
+        elif seen.first_ids:
+            hint = f"some ids there: {', '.join(seen.first_ids)}"
+        else:
+            hint = "the files hold no episode"
+        err.print(
+            f"agenttrace inspect: error: episode {episode_id!r} not found among the "
+            f"{seen.read} episodes in {_sources(args.files)}; {hint}"
+        )
+    return EXIT_FAILURE if missing else EXIT_OK
+
+
+def _show_episodes(chosen: Iterator[at.Trajectory], args: argparse.Namespace, out: Console) -> int:
+    """Print each chosen episode as it comes (JSON lines with --json); returns how many."""
+    shown = 0
+    for trajectory in chosen:
+        if args.json:
+            print(trajectory.to_json())
+        else:
+            if shown:
+                out.print()
+            for line in episode_view.episode_lines(trajectory, args.max_chars):
+                out.print(line)
+        shown += 1
+    return shown
+
+
+def _criteria(args: argparse.Namespace, keep: export_command.EpisodeFilter) -> str:
+    """What chose the episodes shown, in words."""
+    parts = []
+    if keep.episode_ids:
+        parts.append("episode " + ", ".join(sorted(keep.episode_ids)))
+    if keep.statuses:
+        parts.append("status " + ", ".join(sorted(keep.statuses)))
+    if args.worst:
+        parts.append(f"the {args.worst} lowest returns")
+    return "; ".join(parts)
+
+
+def _report_bad_records(errors: _BadRecords, err: Console) -> None:
+    if not errors.count:
+        return
+    err.print(
+        Text.assemble(
+            (f"{errors.count} bad record{'s' if errors.count != 1 else ''} skipped", "bold"),
+            f" (first {SHOWN_ERRORS} shown):" if errors.count > SHOWN_ERRORS else ":",
+        )
+    )
+    for error in errors.first:
+        err.print(f"  {error}")
+
+
+#: Bytes read to tell what a file that gave no trajectory is.
+SNIFF_BYTES = 64 * 1024
+
+
+def describe_file(path: str) -> str | None:
+    """What a file that gave no trajectory looks like, from its first bytes; None: trajectories.
+
+    Span files (OTLP/JSON lines with "resourceSpans", the Collector's protobuf) and chat-format
+    exports are named, with what to do instead; anything else is described as found.
+    """
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+        if head[:2] == b"\x1f\x8b":
+            with gzip.open(path, "rb") as handle:
+                head = handle.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return None
+    span_file = (
+        "this is a span file ({}); rebuild trajectories with: agenttrace export --from "
+        f"{shlex.quote(path)} --out trajectories.jsonl"
+    )
+    chat = (
+        "this is an export in chat format (one row per model call, as 'agenttrace export "
+        "--format chat' writes), not trajectories"
+    )
+    if head.startswith(b"PAR1"):
+        try:
+            import pyarrow.parquet as pq
+
+            keys = pq.read_schema(path).names
+        except Exception:  # no pyarrow, or a damaged file: the load errors say more
+            return None
+        if "messages" in keys:
+            return chat
+        if "schema" in keys and "episode_id" in keys:
+            return None
+        return f"a Parquet file without the trajectory columns (its columns: {', '.join(keys[:8])})"
+    if is_length_prefixed(head):
+        return span_file.format("the Collector's OTLP protobuf")
+    text = head.decode("utf-8", "replace").lstrip()
+    first = text.split("\n", 1)[0]
+    if not text:
+        return None
+    if text[0] not in "{[":
+        if "\x00" in text[:512] or "\ufffd" in text[:512]:
+            return "binary data, not JSON lines"
+        return f"not JSON: it starts with {first[:40]!r}"
+    try:
+        record = json.loads(first)
+    except ValueError:  # a line longer than the bytes read, or a JSON file over several lines
+        record = None
+    if isinstance(record, list) and record:  # a .json file holding a list
+        record = record[0]
+    if record is not None and not isinstance(record, dict):
+        return f"JSON whose records are not objects (the first is {first[:40]!r})"
+    keys = list(record) if record is not None else re.findall(r'"([^"\\]{1,60})"\s*:', text)
+    if "resourceSpans" in keys or "resource_spans" in keys:
+        return span_file.format("OTLP/JSON lines")
+    if "messages" in keys and ("reward" in keys or "return" in keys):
+        return chat
+    if not keys:
+        return f"not JSON: it starts with {first[:40]!r}"
+    schema = record.get("schema") if record is not None else None
+    if "schema" in keys and (record is None or str(schema).startswith(SCHEMA_NAME + "/")):
+        return None  # trajectories; the load errors say what is wrong with them
+    if schema is not None:
+        return f"JSON with the schema tag {schema!r}, not {SCHEMA!r}"
+    return (
+        f'JSON without the trajectory schema tag ("schema": "{SCHEMA}"); its first '
+        f"record has the keys {', '.join(keys[:8])}"
+    )
 
 
 class _BadRecords:

@@ -109,7 +109,8 @@ def _percentile(ordered: list[int], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def _usable_return(value: Any) -> float | None:
+def usable_return(value: Any) -> float | None:
+    """The return as a float, or None when it is NaN, missing or not a number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return None if math.isnan(value) else float(value)
@@ -126,7 +127,7 @@ def summarize(trajectories: Iterable[Trajectory]) -> Summary:
         summary.episodes += 1
         row = by_status.setdefault(trajectory.status, StatusSummary())
         row.episodes += 1
-        value = _usable_return(trajectory.return_)
+        value = usable_return(trajectory.return_)
         if value is None:
             summary.returns_nan += 1
             row.returns_nan += 1
