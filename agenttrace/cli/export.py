@@ -23,7 +23,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -649,14 +649,19 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
 
 
 def _print_bad_records(report: ExportReport, err: Console) -> None:
-    if not report.bad_records:
+    print_skipped(err, report.bad_records, report.first_errors, "unreadable record")
+
+
+def print_skipped(err: Console, count: int, first: Sequence[object], what: str) -> None:
+    """``N <what>s skipped (first 5 shown):`` and the first ones, one a line (shared with
+    ``inspect``); nothing when there are none."""
+    if not count:
         return
-    plural = "s" if report.bad_records != 1 else ""
     err.print(
         Text.assemble(
-            (f"{report.bad_records:,} unreadable record{plural} skipped", "bold"),
-            f" (first {SHOWN_ERRORS} shown):" if report.bad_records > SHOWN_ERRORS else ":",
+            (f"{count:,} {what}{'s' if count != 1 else ''} skipped", "bold"),
+            f" (first {len(first)} shown):" if count > len(first) else ":",
         )
     )
-    for error in report.first_errors:
+    for error in first:
         err.print(f"  {error}")

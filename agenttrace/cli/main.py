@@ -449,7 +449,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         paths = dict.fromkeys(error.path for error in errors.first)
         described = {path: describe_file(path) for path in paths}
         if not all(described.values()):
-            _report_bad_records(errors, err)
+            export_command.print_skipped(err, errors.count, errors.first, "bad record")
         plural = "s" if errors.count != 1 else ""
         err.print(
             "agenttrace inspect: error: no trajectory could be read "
@@ -467,7 +467,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         else:
             out.print(f"agenttrace inspect: {seen.read} episodes from {_sources(args.files)}")
             render_summary(summary, out)
-    _report_bad_records(errors, err)
+    export_command.print_skipped(err, errors.count, errors.first, "bad record")
     if not viewing:
         return EXIT_OK
     if not args.json:
@@ -516,19 +516,6 @@ def _criteria(args: argparse.Namespace, keep: export_command.EpisodeFilter) -> s
     if args.worst:
         parts.append(f"the {args.worst} lowest returns")
     return "; ".join(parts)
-
-
-def _report_bad_records(errors: _BadRecords, err: Console) -> None:
-    if not errors.count:
-        return
-    err.print(
-        Text.assemble(
-            (f"{errors.count} bad record{'s' if errors.count != 1 else ''} skipped", "bold"),
-            f" (first {SHOWN_ERRORS} shown):" if errors.count > SHOWN_ERRORS else ":",
-        )
-    )
-    for error in errors.first:
-        err.print(f"  {error}")
 
 
 #: Bytes read to tell what a file that gave no trajectory is.
