@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import weakref
 from pathlib import Path
 
@@ -253,6 +255,24 @@ def test_json_prints_the_chosen_trajectories_as_json_lines(played, capsys):
     for line in lines:
         trajectory = Trajectory.from_json(line)
         assert trajectory == by_id[trajectory.episode_id]
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    """``agenttrace inspect ... --json | head -c 100``: a closed pipe ends the command quietly."""
+    sink = JsonlSink(tmp_path)
+    for number in range(300):
+        sink.write(Trajectory(episode_id=f"e{number}", status="errored", task_id="x" * 2000))
+    sink.close()
+    for extra in (["--json"], []):
+        command = [sys.executable, "-m", "agenttrace", "inspect", str(tmp_path), "--worst", "300"]
+        process = subprocess.Popen(
+            [*command, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert process.stdout.read(100)
+        process.stdout.close()  # more than a pipe buffer is still to come
+        _, stderr = process.communicate(timeout=120)
+        assert b"Traceback" not in stderr, stderr.decode()
+        assert process.returncode == 1
 
 
 def test_bad_selection_arguments_exit_2(played, capsys):

@@ -220,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except config.ConfigError as exc:
         err.print(f"agenttrace {args.command}: error: {exc}")
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, as rich does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
 
 
 # --- demo ------------------------------------------------------------------------------------
