@@ -224,7 +224,7 @@ def test_status_worst_episode_and_several_files_combine(played, tmp_path, capsys
     assert code == 0
     block = _episode_block(out, "ep-f")
     assert block.splitlines()[0] == "episode ep-f  incomplete"
-    assert "  return      -5.0   length 3 (1 steps recorded)" in block
+    assert "  return      -5.0   length 3 (1 step recorded)" in block
     assert "  missing     steps 1, 2" in block
     assert "  lossy       steps.0.observation: cut at 4096 characters" in block
     assert "    tool calculator({'x': 1}) -> 2" in block

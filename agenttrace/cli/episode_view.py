@@ -104,7 +104,8 @@ def episode_lines(trajectory: Trajectory, max_chars: int = MAX_CHARS) -> Iterato
         "  ",
         (t.status, _STATUS_STYLES.get(t.status, "yellow")),
     )
-    recorded = "" if len(t.steps) == t.length else f" ({len(t.steps)} steps recorded)"
+    steps = len(t.steps)
+    recorded = "" if steps == t.length else f" ({steps} step{'s' if steps != 1 else ''} recorded)"
     yield _field("task", _or_dash(t.task_id))
     yield _field("return", f"{_number(t.return_)}   length {t.length}{recorded}")
     if t.start_time is not None or t.end_time is not None:
