@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from conftest import clean_environ
+
 import agenttrace as at
 
 #: Traces three two-step episodes, without configure(), and prints nothing of its own.
@@ -158,3 +160,17 @@ def test_callback_sink_only(tmp_path, capsys):
     runtime.shutdown()
     assert len(seen) == 1
     assert capsys.readouterr().err == "agenttrace: 1 episode -> your sink\n"
+
+
+def test_the_demo_prints_where_it_wrote_itself_not_again_at_exit(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "agenttrace", "demo", "-n", "3", "--seed", "1"],
+        cwd=tmp_path,
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "trajectories: agenttrace_runs" in done.stdout
+    assert "episodes ->" not in done.stderr + done.stdout

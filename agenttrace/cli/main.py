@@ -256,7 +256,9 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         # Spans: the file, plus OTLP when an OTEL_EXPORTER_OTLP_ENDPOINT is set (the compose
         # stack's collector, docs/observability-stack.md), as for any configured run.
-        runtime = at.configure(out=settings.out, run_name=run_name, sinks=["jsonl"])
+        runtime = at.configure(
+            out=settings.out, run_name=run_name, sinks=["jsonl"], exit_report=False
+        )
     except OSError as exc:
         err.print(f"agenttrace demo: error: cannot create the run folder: {exc}")
         return EXIT_FAILURE
