@@ -6,6 +6,10 @@ by its time budget. It never imports agenttrace: ``agenttrace.toml`` names its f
 targets and ``opentelemetry-instrument`` runs it. The loop saves its own per-episode records;
 every field is compared with agenttrace's trajectories, and the rebuild from the span file
 with the live one.
+
+Every check runs twice: on a run in this interpreter (``here``), and on a run of exactly the
+commands the README prints, in a fresh venv where only its install command ran (``readme``,
+tests/fresh_venv.py), so a dependency the install command misses fails here.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import pytest
 from conftest import assert_same_episodes, exported
+from fresh_venv import run_readme
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -65,8 +70,25 @@ def readme_environment(out: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Run:
+@pytest.fixture(
+    scope="module",
+    params=["here", pytest.param("readme", marks=[pytest.mark.slow, pytest.mark.timeout(900)])],
+)
+def run(request, tmp_path_factory) -> Run:
+    if request.param == "readme":
+        return run_from_readme(tmp_path_factory)
+    return run_here(tmp_path_factory)
+
+
+def run_from_readme(tmp_path_factory) -> Run:
+    """The README's commands, from the root of a copy of the repository, in a fresh venv."""
+    root, done = run_readme("ares_env", tmp_path_factory, timeout=RUN_TIMEOUT)
+    (folder,) = (root / "agenttrace_runs").iterdir()
+    return Run(json.loads((root / "ares_records.json").read_text()), folder, done.stdout)
+
+
+def run_here(tmp_path_factory) -> Run:
+    """The README's variables and command in this interpreter (AGENTTRACE_OUT under tmp)."""
     tmp = tmp_path_factory.mktemp("ares_env")
     out, records = tmp / "runs", tmp / "ares_records.json"
     instrument = shutil.which("opentelemetry-instrument")

@@ -6,6 +6,10 @@ SQLite rows are the reference: every trajectory agenttrace wrote must carry the 
 fields. ``AGENTTRACE_PROPAGATE`` carries each episode through the thread pool and the HTTP hop,
 so the env server's own spans (a second process, its own span file) join the episode and step;
 the offline rebuild from both span files is the live trajectory plus the server's side.
+
+Every check runs twice: on a run in this interpreter (``here``, with options), and on a run of
+exactly the commands the README prints, in a fresh venv where only its install command ran
+(``readme``, tests/fresh_venv.py), so a dependency the install command misses fails here.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 import pytest
 from conftest import assert_same_episodes, exported
+from fresh_venv import run_readme
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -33,13 +38,15 @@ from agenttrace.storage import read_otlp_json
 from agenttrace.trajectory.records import SpanRecord
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "http_interactor"
-EPISODES = 8
-POLICY_VERSION = "ckpt-test-0042"
+EPISODES = 8  # run.sh's default, and what the run here asks for
+POLICY_VERSION = "ckpt-test-0042"  # the run here
+DEFAULT_POLICY_VERSION = "ckpt-0007"  # the README's run (its Options: the default)
 API_KEY = "sk-http-interactor-test-5e1f0c"
 
 
 @dataclass
 class ExampleRun:
+    policy_version: str  # what the run was asked to serve
     stderr: str
     out: Path
     sessions: dict[str, dict[str, Any]]  # by task_id
@@ -101,13 +108,40 @@ def read_rows(db: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[
     return {s["task_id"]: s for s in sessions}, rows
 
 
-@pytest.fixture(scope="module")
-def example_run(tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
+@pytest.fixture(
+    scope="module",
+    params=["here", pytest.param("readme", marks=[pytest.mark.slow, pytest.mark.timeout(900)])],
+)
+def example_run(request, tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
+    if request.param == "readme":
+        return run_from_readme(tmp_path_factory)
+    return run_here(tmp_path_factory)
+
+
+def run_from_readme(tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
+    """The README's commands, from the root of a copy of the repository, in a fresh venv
+    (with an API key in the environment, to look for it in the files)."""
+    root, done = run_readme(
+        "http_interactor", tmp_path_factory, timeout=120, kill_group=True, OPENAI_API_KEY=API_KEY
+    )
+    here = root / "examples" / "http_interactor"
+    return collect(DEFAULT_POLICY_VERSION, done, here / "agenttrace_runs", here / "rollouts.sqlite")
+
+
+def run_here(tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
+    """``./run.sh`` with options in this interpreter (AGENTTRACE_OUT under tmp)."""
     tmp = tmp_path_factory.mktemp("http_interactor")
     out, db = tmp / "runs", tmp / "rollouts.sqlite"
     args = ["--episodes", str(EPISODES), "--policy-version", POLICY_VERSION, "--db", str(db)]
     done = run_example(args, example_environment(out))
     assert done.returncode == 0, done.stderr[-3000:]
+    return collect(POLICY_VERSION, done, out, db)
+
+
+def collect(
+    policy_version: str, done: subprocess.CompletedProcess, out: Path, db: Path
+) -> ExampleRun:
+    """What a finished run left: SQLite rows, trajectories and both processes' spans."""
     assert f"{EPISODES} episodes" in done.stdout
     sessions, rows = read_rows(db)
     live = load_trajectories(sorted(out.glob("*/trajectories*.jsonl")))
@@ -116,7 +150,9 @@ def example_run(tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
     assert len(per_process) == 2, "one run folder per process: the Interactor, the env server"
     (client,) = [r for r in per_process if any(s.name == sc.EPISODE for s in r)]
     (server,) = [r for r in per_process if r is not client]
-    return ExampleRun(done.stderr, out, sessions, rows, live, offline, client, server)
+    return ExampleRun(
+        policy_version, done.stderr, out, sessions, rows, live, offline, client, server
+    )
 
 
 def by_task(trajectories: list[at.Trajectory]) -> dict[str, at.Trajectory]:
@@ -129,7 +165,8 @@ def test_every_target_resolves_and_every_episode_is_recorded(example_run: Exampl
     assert "not instrumented" not in example_run.stderr  # a target failed to resolve
     assert "Traceback" not in example_run.stderr
     assert len(example_run.sessions) == EPISODES
-    assert {s["policy_version"] for s in example_run.sessions.values()} == {POLICY_VERSION}
+    versions = {s["policy_version"] for s in example_run.sessions.values()}
+    assert versions == {example_run.policy_version}
     assert sorted(by_task(example_run.live)) == sorted(example_run.sessions)
     # The run covers each way an episode ends (from the rows, whatever the script does).
     last_rows = [rows[-1] for rows in example_run.rows.values()]
@@ -192,7 +229,7 @@ def test_policy_version_lands_in_the_trajectory_attributes(example_run: ExampleR
     for trajectory in [*example_run.live, *example_run.offline]:
         session = example_run.sessions[trajectory.task_id]
         assert trajectory.attributes[sc.POLICY_VERSION] == session["policy_version"]
-        assert session["policy_version"] == POLICY_VERSION
+        assert session["policy_version"] == example_run.policy_version
 
 
 def test_env_server_spans_carry_the_episode_and_step(example_run: ExampleRun) -> None:

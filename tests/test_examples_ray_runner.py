@@ -6,6 +6,10 @@ with two actor processes. The runner saves the trajectories it returned (its own
 each actor process writes agenttrace's trajectories and spans to its own run folder. Every
 field the runner recorded is compared with agenttrace's rebuild, and the rebuild from the span
 files with the live one.
+
+Every check runs twice: on a run in this interpreter (``here``), and on a run of exactly the
+commands the README prints, in a fresh venv where only its install command ran (``readme``,
+tests/fresh_venv.py), so a dependency the install command misses fails here.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import pytest
 from conftest import assert_same_episodes, exported
+from fresh_venv import run_readme
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -91,8 +96,24 @@ def _running(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Run:
+@pytest.fixture(
+    scope="module",
+    params=["here", pytest.param("readme", marks=[pytest.mark.slow, pytest.mark.timeout(900)])],
+)
+def run(request, tmp_path_factory) -> Run:
+    if request.param == "readme":
+        return run_from_readme(tmp_path_factory)
+    return run_here(tmp_path_factory)
+
+
+def run_from_readme(tmp_path_factory) -> Run:
+    """The README's commands, from the root of a copy of the repository, in a fresh venv."""
+    root, done = run_readme("ray_runner", tmp_path_factory, timeout=RUN_TIMEOUT)
+    return finished_run(root / "agenttrace_runs", root / "runner_trajectories.json", done.stdout)
+
+
+def run_here(tmp_path_factory) -> Run:
+    """The README's variables and command in this interpreter (AGENTTRACE_OUT under tmp)."""
     tmp = tmp_path_factory.mktemp("ray_runner")
     out, records = tmp / "runs", tmp / "runner_trajectories.json"
     instrument = shutil.which("opentelemetry-instrument")
@@ -114,6 +135,11 @@ def run(tmp_path_factory) -> Run:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.communicate()
     assert driver.returncode == 0, stderr[-3000:]
+    return finished_run(out, records, stdout)
+
+
+def finished_run(out: Path, records: Path, stdout: str) -> Run:
+    """The run once the actor processes that wrote the run folders in ``out`` are gone."""
     folders = sorted(out.iterdir())
     # Run folders are named run-<UTC time>-<pid of the process that wrote them>.
     _wait_until_gone([int(folder.name.rsplit("-", 1)[1]) for folder in folders], timeout=60)
