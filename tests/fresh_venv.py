@@ -61,14 +61,8 @@ class Venv:
     def environment(self, **extra: str) -> dict[str, str]:
         """The caller's environment with this venv activated, less the variables that would
         leak the test interpreter in, plus ``extra``."""
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in _DROPPED and not k.startswith(_DROPPED_PREFIXES)
-        }
-        env["PATH"] = os.pathsep.join([str(self.bin), *_foreign_free_path()])
-        env["VIRTUAL_ENV"] = str(self.path)
-        env.update(extra)
+        env = shell_environment(VIRTUAL_ENV=str(self.path), **extra)
+        env["PATH"] = os.pathsep.join([str(self.bin), env["PATH"]])
         return env
 
     def run(
@@ -83,6 +77,19 @@ class Venv:
         """``bash -euo pipefail -c script`` in this venv. Its process group is killed on a
         timeout, or always with ``kill_group`` (a server a command left behind)."""
         return run_script(script, cwd, env or self.environment(), timeout, kill_group)
+
+
+def shell_environment(**extra: str) -> dict[str, str]:
+    """The caller's environment less the variables and PATH entries that would leak the test
+    interpreter in (what a new terminal on this machine would have), plus ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _DROPPED and not k.startswith(_DROPPED_PREFIXES)
+    }
+    env["PATH"] = os.pathsep.join(_foreign_free_path())
+    env.update(extra)
+    return env
 
 
 def run_script(
