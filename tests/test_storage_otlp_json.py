@@ -14,8 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
@@ -594,12 +597,38 @@ def test_truncated_gzip_keeps_the_lines_before_the_break(tmp_path: Path) -> None
     assert len(errors) == 1 and "compressed data ends" in str(errors[0])
 
 
-def test_binary_file_is_one_error(tmp_path: Path) -> None:
+def test_a_length_prefixed_file_is_one_error(tmp_path: Path) -> None:
+    """The Collector's protobuf format, handed to the JSON reader: one error saying so."""
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    for name in ("a", "b"):
+        tracer_provider.get_tracer("t").start_span(name).end()
+    payload = encode_spans(exporter.get_finished_spans()).SerializeToString()
     path = tmp_path / "spans.json"
-    path.write_bytes(b"\x00\x00\x01\x2a" + os.urandom(300) + b"\n" + os.urandom(300))
+    path.write_bytes((len(payload).to_bytes(4, "big") + payload) * 3)
     errors, on_error = collect_errors()
     assert list(read_otlp_json(path, on_error=on_error)) == []
     assert len(errors) == 1 and "read_otlp_proto" in str(errors[0])
+
+
+def test_binary_junk_and_a_first_line_starting_with_a_zero_byte_are_read_line_by_line(
+    tmp_path: Path,
+) -> None:
+    junk = tmp_path / "junk.json"
+    junk.write_bytes(b"\x00\x00\x01\x2a" + os.urandom(300).replace(b"\n", b"") + b"\n" + b"x")
+    errors, on_error = collect_errors()
+    assert list(read_otlp_json(junk, on_error=on_error)) == []
+    assert [error.line for error in errors] == [1, 2]
+    # A damaged first line may start with a zero byte, even look like a frame header: the
+    # good lines after it still count.
+    for first in (b"\x00", b"\x00abc", b"\x00\x00\x00"):
+        damaged = tmp_path / "damaged.json"
+        damaged.write_bytes(first + b"\n" + line_of(span_json()).encode() + b"\n")
+        errors, on_error = collect_errors()
+        records = list(read_otlp_json(damaged, on_error=on_error))
+        assert [r.name for r in records] == ["s"], first
+        assert [error.line for error in errors] == [1], first
 
 
 def test_sources_directory_glob_list_and_missing(tmp_path: Path) -> None:

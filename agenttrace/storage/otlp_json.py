@@ -1592,8 +1592,10 @@ def _line_records(
 _SPAN_FILE = re.compile(r"[^.].*\.(json|jsonl|ndjson)(\.gz)?", re.IGNORECASE)
 _ROTATED = re.compile(r"(.+?)(?:-(\d+))?((?:\.[A-Za-z0-9]+)*)")
 _GZIP_MAGIC = b"\x1f\x8b"
-_READ_BUFFER = 1 << 20  # lines are export batches of up to megabytes; 8 KiB reads cost time
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: Bytes looked at to tell a length-prefixed file from text lines (a whole first frame).
+_SNIFF_BYTES = 1 << 16
+_READ_BUFFER = 1 << 20  # lines are export batches of up to megabytes; 8 KiB reads cost time
 
 
 def _file_order(path: Path) -> tuple[str, str, int, str]:
@@ -1697,7 +1699,7 @@ def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterato
         try:
             if compressed:
                 stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
-            head = stream.peek(4)[:4] if hasattr(stream, "peek") else b""
+            head = stream.peek(_SNIFF_BYTES)[:_SNIFF_BYTES] if hasattr(stream, "peek") else b""
         except (OSError, EOFError, zlib.error) as error:
             report(SpanFormatError("unreadable gzip file: %s" % error, source=name))
             return
@@ -1735,15 +1737,29 @@ def _starts_a_document(first: bytes, second: bytes | None) -> bool:
 
 
 def _is_binary(head: bytes) -> bool:
-    """Whether a file's first bytes are binary (a length prefix, zstd), not text lines.
+    """Whether a file's first bytes are binary (zstd, or the Collector's length-prefixed
+    frames), not text lines.
 
-    Only that is refused as a whole; text that is not JSON is reported line by line, so one
-    bad first line does not cost the rest of the file.
+    Only that is refused as a whole, and only when sure: a zstd stream, or a first frame whose
+    length fits in ``head`` and whose payload decodes. Anything else is read line by line, so a
+    damaged first line (even one starting with a zero byte) does not cost the rest of the file.
     """
     if head[:4] == _ZSTD_MAGIC:
         return True
-    # A frame length under 16 MiB starts with a zero byte, which no text line does.
-    return head[:1] == b"\x00"
+    length = int.from_bytes(head[:4], "big")
+    if head[:1] != b"\x00" or length == 0 or len(head) < 4 + length:
+        return False
+    # Imported here: otlp_proto builds on this module.
+    from agenttrace.storage.otlp_proto import decode_proto, is_length_prefixed
+
+    if not is_length_prefixed(head):
+        return False
+    problems: list[SpanFormatError] = []
+    try:
+        decode_proto(head[4 : 4 + length], on_error=problems.append)
+    except ImportError:  # a zstd frame without the zstandard package: binary all the same
+        return True
+    return not problems
 
 
 def _chain(head: tuple[bytes, ...], rest: Iterator[bytes]) -> Iterator[bytes]:
