@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,22 @@ def clean_environ(**extra: str) -> dict[str, str]:
     }
     environ.update(extra)
     return environ
+
+
+def run_script(
+    folder: Path, code: str, *args: str, name: str = "script.py", timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``python3 <name> args...`` with ``code`` in it, run in ``folder`` from
+    :func:`clean_environ` plus ``env``; output captured as text."""
+    (folder / name).write_text(code)
+    return subprocess.run(
+        [sys.executable, name, *args],
+        cwd=folder,
+        env=clean_environ(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def exported(source: str, out: Path, *options: str) -> list[at.Trajectory]:

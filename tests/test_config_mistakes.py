@@ -6,12 +6,11 @@ Each case runs a real script with python3 and the variables set, as a user would
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import run_script
 
 import agenttrace as at
 from agenttrace import config
@@ -59,26 +58,6 @@ TRAIN_OUTPUT_UNTRACED = [
     "caught the user's own error",
     "done",
 ]
-
-
-def run_script(folder: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python3 script.py`` in ``folder`` with only the given AGENTTRACE_* variables."""
-    script = folder / "script.py"
-    script.write_text(code)
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGENTTRACE_", "OTEL_EXPORTER_OTLP"))
-    }
-    environ.update(env)
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=folder,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def made_files(folder: Path) -> list[str]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from conftest import clean_environ
+from conftest import run_script
 
 import agenttrace as at
 
@@ -28,24 +26,10 @@ LOOP = textwrap.dedent(
 )
 
 
-def run_script(folder: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """``python3 script.py`` in ``folder`` with only the given AGENTTRACE_* variables."""
-    script = folder / "script.py"
-    script.write_text(LOOP + textwrap.dedent(code))
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGENTTRACE_", "OTEL_EXPORTER_OTLP"))
-    }
-    environ.update(env)
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=folder,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def run_loop(folder: Path, code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python3 script.py``: :data:`LOOP`, then ``code``, with only the given AGENTTRACE_*
+    variables."""
+    return run_script(folder, LOOP + textwrap.dedent(code), **env)
 
 
 def count_lines(path: Path) -> int:
@@ -55,7 +39,7 @@ def count_lines(path: Path) -> int:
 def test_traced_program_says_where_it_wrote_at_exit(tmp_path):
     # The default writer (a helper process on 2+ CPUs): the line comes after the final flush,
     # so it counts every episode, including the ones the helper had not written yet.
-    done = run_script(tmp_path, "play(3)\n", AGENTTRACE_RUN_NAME="run-a")
+    done = run_loop(tmp_path, "play(3)\n", AGENTTRACE_RUN_NAME="run-a")
     assert done.returncode == 0, done.stderr
     path = Path("agenttrace_runs") / "run-a" / "trajectories.jsonl"
     assert done.stderr.splitlines() == [f"agenttrace: 3 episodes -> {path}"]
@@ -63,20 +47,20 @@ def test_traced_program_says_where_it_wrote_at_exit(tmp_path):
 
 
 def test_no_line_when_switched_off_or_nothing_was_traced(tmp_path):
-    off = run_script(tmp_path, "play(2)\n", AGENTTRACE_EXIT_REPORT="false")
+    off = run_loop(tmp_path, "play(2)\n", AGENTTRACE_EXIT_REPORT="false")
     assert off.returncode == 0 and off.stderr == ""
     assert len(list((tmp_path / "agenttrace_runs").iterdir())) == 1  # it did write
-    imported = run_script(tmp_path, "print('untraced')\n")
+    imported = run_loop(tmp_path, "print('untraced')\n")
     assert (imported.stdout, imported.stderr) == ("untraced\n", "")
-    configured = run_script(tmp_path, "at.configure(out='other')\n")
+    configured = run_loop(tmp_path, "at.configure(out='other')\n")
     assert (configured.returncode, configured.stderr) == (0, "")
-    disabled = run_script(tmp_path, "play(2)\n", AGENTTRACE_ENABLED="false")
+    disabled = run_loop(tmp_path, "play(2)\n", AGENTTRACE_ENABLED="false")
     assert (disabled.returncode, disabled.stderr) == (0, "")
 
 
 def test_several_trajectory_files_name_the_run_folder(tmp_path):
     # Rotation after every record: one file per episode.
-    done = run_script(
+    done = run_loop(
         tmp_path, "play(3)\n", AGENTTRACE_RUN_NAME="rot", AGENTTRACE_JSONL_MAX_BYTES="1"
     )
     assert done.returncode == 0, done.stderr
@@ -95,7 +79,7 @@ def test_losses_are_mentioned(tmp_path):
     second.end()
     first.end()
     """
-    done = run_script(tmp_path, code)
+    done = run_loop(tmp_path, code)
     assert done.returncode == 0, done.stderr
     path = Path("agenttrace_runs") / "lossy" / "trajectories.jsonl"
     last = done.stderr.splitlines()[-1]  # after the processor's own warnings
@@ -111,7 +95,7 @@ def test_explicit_shutdown_reports_then_and_not_again_at_exit(tmp_path):
     at.configure(run_name="second")
     play(1)
     """
-    done = run_script(tmp_path, code, AGENTTRACE_RUN_NAME="first")
+    done = run_loop(tmp_path, code, AGENTTRACE_RUN_NAME="first")
     assert done.returncode == 0, done.stderr
     runs = Path("agenttrace_runs")
     assert done.stderr.splitlines() == [
@@ -127,7 +111,7 @@ def test_configure_replacing_a_pipeline_reports_what_the_first_wrote(tmp_path):
     at.configure(run_name="b", exit_report=False)
     play(1)
     """
-    done = run_script(tmp_path, code, AGENTTRACE_RUN_NAME="a")
+    done = run_loop(tmp_path, code, AGENTTRACE_RUN_NAME="a")
     assert done.returncode == 0, done.stderr
     path = Path("agenttrace_runs") / "a" / "trajectories.jsonl"
     assert done.stderr.splitlines() == [f"agenttrace: 2 episodes -> {path}"]
@@ -163,14 +147,8 @@ def test_callback_sink_only(tmp_path, capsys):
 
 
 def test_the_demo_prints_where_it_wrote_itself_not_again_at_exit(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "agenttrace", "demo", "-n", "3", "--seed", "1"],
-        cwd=tmp_path,
-        env=clean_environ(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    demo = "from agenttrace.cli.main import main\nraise SystemExit(main())\n"
+    done = run_script(tmp_path, demo, "demo", "-n", "3", "--seed", "1")
     assert done.returncode == 0, done.stderr
     assert "trajectories: agenttrace_runs" in done.stdout
     assert "episodes ->" not in done.stderr + done.stdout

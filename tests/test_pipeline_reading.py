@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from conftest import run_script
 
 import agenttrace as at
 from agenttrace.sinks import load_trajectories
@@ -36,24 +35,10 @@ LOOP_THEN_LOAD = textwrap.dedent(
 @pytest.mark.parametrize("writer", [None, "process", "thread"])
 def test_load_right_after_the_loop_sees_every_episode(tmp_path, writer):
     """The default settings (no configure(); writer=auto: a helper process on 2+ CPUs)."""
-    script = tmp_path / "loop.py"
-    script.write_text(LOOP_THEN_LOAD)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AGENTTRACE_", "OTEL_EXPORTER_OTLP"))
-    }
-    env["AGENTTRACE_EXIT_REPORT"] = "false"
+    env = {"AGENTTRACE_EXIT_REPORT": "false"}
     if writer is not None:
         env["AGENTTRACE_WRITER"] = writer
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(tmp_path, LOOP_THEN_LOAD, name="loop.py", **env)
     assert done.returncode == 0, done.stderr
     count, _, where = done.stdout.strip().rpartition(" ")
     assert count == "200 [3]", done.stdout

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import clean_environ
+from conftest import run_script
 
 from agenttrace.cli.main import build_parser
 from agenttrace.sinks import load_trajectories
@@ -48,16 +46,7 @@ def cartpole_truth(seed: int) -> tuple[list[np.ndarray], list[int], list[float]]
 def test_the_python_snippets_run_as_printed(tmp_path):
     blocks = fenced_blocks(README.read_text(), "python")
     assert len(blocks) >= 3
-    (tmp_path / "readme_snippets.py").write_text("\n\n".join(blocks))
-    env = clean_environ()
-    result = subprocess.run(
-        [sys.executable, "readme_snippets.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_script(tmp_path, "\n\n".join(blocks), name="readme_snippets.py")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
 

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import clean_environ
+from conftest import clean_environ, run_script
 
 from agenttrace.instrument.auto import AgentTraceInstrumentor
 from agenttrace.instrument.script import running_script, why_never_defined
@@ -231,9 +231,8 @@ def test_a_target_naming_an_undefined_script_function_at_top_level_never_waits(t
 
 def test_instrument_in_code_from_the_running_script(tmp_path):
     """Called by the script itself before it defines the class: bound when it does."""
-    (tmp_path / "selfie.py").write_text(
-        textwrap.dedent(
-            """
+    selfie = textwrap.dedent(
+        """
             import agenttrace as at
             from agenttrace.instrument.auto import AgentTraceInstrumentor
             from agenttrace.instrument.targets import TargetError
@@ -258,16 +257,13 @@ def test_instrument_in_code_from_the_running_script(tmp_path):
             (t,) = at.sinks.load_trajectories(at.get_default().settings.out)
             print("rewards", [s.reward for s in t.steps])
             """
-        )
     )
-    env = clean_environ(AGENTTRACE_OUT=str(tmp_path / "runs"), AGENTTRACE_EXIT_REPORT="false")
-    result = subprocess.run(
-        [sys.executable, "selfie.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = run_script(
+        tmp_path,
+        selfie,
+        name="selfie.py",
+        AGENTTRACE_OUT=str(tmp_path / "runs"),
+        AGENTTRACE_EXIT_REPORT="false",
     )
     assert result.returncode == 0, result.stderr
     assert "refused:" in result.stdout and "defines no 'Nope'" in result.stdout
