@@ -100,3 +100,27 @@ def test_inspect_reads_the_runs_folder_and_a_folder_glob(runs, capsys):
     assert '"episodes": 7' in capsys.readouterr().out
     assert main(["inspect", "--json", str(root / "run-*")]) == 0
     assert '"episodes": 5' in capsys.readouterr().out
+
+
+def test_only_run_folders_are_read_below_the_folder_given(runs, tmp_path):
+    """Other files below a runs folder (notes, configs) are not taken for trajectories, and a
+    symlink to a run is not followed (that run would be read twice)."""
+    root, expected = runs
+    (root / "notes").mkdir()
+    (root / "notes" / "settings.json").write_text('{"lr": 0.1}')
+    (root / "link-to-a-run").symlink_to(root / "run-20260101-000000-11", target_is_directory=True)
+    errors = []
+    assert load_trajectories(root, on_error=errors.append) == expected
+    assert errors == []
+
+
+def test_globs_of_rotated_files_and_recursive_patterns(tmp_path):
+    run = tmp_path / "runs" / "run-1"
+    sink = JsonlSink(run, max_bytes=1)  # one file per episode: trajectories.jsonl, -00001, ...
+    batch = [make_trajectory(i, steps=1) for i in range(12)]
+    for trajectory in batch:
+        sink.write(trajectory)
+    sink.close()
+    assert len(list(run.glob("trajectories*.jsonl"))) == 12
+    assert load_trajectories(str(run / "trajectories*.jsonl")) == batch
+    assert load_trajectories(str(tmp_path / "**" / "trajectories*.jsonl")) == batch
