@@ -281,6 +281,15 @@ SETTINGS: tuple[Setting, ...] = (
         PROPAGATE_CHOICES,
     ),
     Setting(
+        "exit_timeout",
+        "AGENTTRACE_EXIT_TIMEOUT",
+        _positive(float),
+        5.0,
+        "Seconds agenttrace may take at interpreter exit, on SIGTERM and when a worker process "
+        "ends to write and send what it holds (finished and open episodes, spans queued for "
+        "the OTLP endpoint). What is not done by then is counted and reported in the exit line.",
+    ),
+    Setting(
         "exit_report",
         "AGENTTRACE_EXIT_REPORT",
         _parse_bool,
@@ -339,6 +348,7 @@ class Settings:
     targets: str | None
     targets_file: str | None
     propagate: tuple[str, ...] | None
+    exit_timeout: float
     exit_report: bool
     warn_uncalled_targets: bool
 

@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from agenttrace import _logging, config
+from agenttrace import _logging, config, process_end
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
@@ -134,6 +135,7 @@ class AgentTrace:
         # Registered after the writer: exit handlers run last-registered first, so this one
         # runs before the helper process is told to stop (writer_process._Helper.stop).
         atexit.register(self._at_exit)
+        process_end.watch(self)
 
     # --- construction ---------------------------------------------------------------------
 
@@ -237,28 +239,36 @@ class AgentTrace:
     def shutdown(self, timeout_millis: int = 30_000) -> None:
         """Flush, write still-open episodes as incomplete, close files. Idempotent.
 
-        Then, unless the ``exit_report`` setting is false, says on stderr in one line how many
-        episodes were written and where (:meth:`summary_line`). Runs by itself at exit.
+        Everything shares one deadline, ``timeout_millis`` from now: what is not written or
+        sent by then is counted as lost (:meth:`stats`), never waited on longer. Then, unless
+        the ``exit_report`` setting is false, says on stderr in one line how many episodes
+        were written and where (:meth:`summary_line`). Runs by itself at exit, on SIGTERM and
+        when a worker process ends, with the ``exit_timeout`` setting as the deadline.
         """
         if self._shut_down:
             return
         self._shut_down = True
         atexit.unregister(self._at_exit)
+        deadline = time.monotonic() + timeout_millis / 1000
+
+        def remaining() -> int:
+            return max(0, int((deadline - time.monotonic()) * 1000))
+
         if self.trajectory_processor is not None:
-            self.trajectory_processor.shutdown(timeout_millis)
+            self.trajectory_processor.shutdown(remaining())
         for processor in self.span_processors:
             processor.shutdown()
         if self.owns_provider:
             self.provider.shutdown()
         if self.owned_meter_provider is not None:  # after the writer: its last episodes count
-            self.owned_meter_provider.shutdown()
+            self.owned_meter_provider.shutdown(remaining())
         # A forked child that exits normally runs this too; its counters start as a copy of
         # the parent's, so only the process that made the pipeline reports.
         if self.settings.exit_report and self.enabled and os.getpid() == self._pid:
             self._say_where_written()
 
     def _at_exit(self) -> None:
-        self.shutdown(timeout_millis=10_000)
+        self.shutdown(timeout_millis=int(self.settings.exit_timeout * 1000))
 
     def summary_line(self) -> str | None:
         """``agenttrace: 12 episodes -> <file or run folder>``, with what was lost, if any.

@@ -1,0 +1,164 @@
+"""Ends of a process that skip atexit: SIGTERM, and multiprocessing workers (real signals, real
+subprocesses). Whatever the program finished is written; the episode in progress comes out
+``incomplete`` with the steps it had."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import clean_environ, run_script
+
+from agenttrace.sinks import load_trajectories
+
+#: Plays episodes of five steps, noting each finished episode's id in its own record (flushed
+#: line by line, so it survives the kill); after 20 it opens one more, plays two steps of it,
+#: says "ready" and waits.
+LOOP = textwrap.dedent(
+    """
+    import signal, sys, time
+    import agenttrace as at
+
+    def step(i, last):
+        with at.timestep():
+            with at.env_step() as s:
+                s.record(action=i)
+                s.record_result(({"i": i}, 1.0, last, False, {}))
+
+    SETUP
+
+    record = open("finished.txt", "w")
+    for n in range(20):
+        with at.episode(task_id=f"t{n}") as ep:
+            for i in range(5):
+                step(i, i == 4)
+        record.write(ep.id + "\\n")
+        record.flush()
+    with at.episode(task_id="in-progress"):
+        step(0, False)
+        step(1, False)
+        print("ready", flush=True)
+        WAIT
+    print("left the episode", flush=True)
+    """
+)
+
+
+def start(folder: Path, setup: str = "", wait: str = "time.sleep(60)", **env: str):
+    script = LOOP.replace("SETUP", setup).replace("WAIT", wait)
+    (folder / "loop.py").write_text(script)
+    process = subprocess.Popen(
+        [sys.executable, "loop.py"],
+        cwd=folder,
+        env=clean_environ(AGENTTRACE_OUT=str(folder / "runs"), **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line == "ready\n", process.stderr.read() if process.stderr else line
+    return process
+
+
+def finished_ids(folder: Path) -> list[str]:
+    return (folder / "finished.txt").read_text().split()
+
+
+def test_sigterm_writes_every_finished_episode_and_the_open_one_as_incomplete(tmp_path):
+    process = start(tmp_path)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert process.returncode == -signal.SIGTERM, err  # still ends as SIGTERM would
+    assert took < 5.0 + 10  # the exit deadline (AGENTTRACE_EXIT_TIMEOUT, 5 s) and slack
+    trajectories = load_trajectories(tmp_path / "runs")
+    by_id = {t.episode_id: t for t in trajectories}
+    assert len(by_id) == len(trajectories) == 21
+    for episode_id in finished_ids(tmp_path):
+        assert by_id[episode_id].status == "completed"
+        assert [s.action for s in by_id[episode_id].steps] == [0, 1, 2, 3, 4]
+    (open_one,) = [t for t in trajectories if t.task_id == "in-progress"]
+    assert open_one.status == "incomplete"
+    assert [s.action for s in open_one.steps] == [0, 1]
+    assert "left the episode" not in out
+    assert "agenttrace: 21 episodes ->" in err
+
+
+def test_a_programs_own_sigterm_handler_is_chained_not_replaced(tmp_path):
+    """The handler lets the program finish its episode; agenttrace flushes first."""
+    setup = (
+        "stop = []\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('own handler', flush=True), "
+        "stop.append(1)))\n"
+    )
+    wait = "while not stop:\n            time.sleep(0.01)"
+    process = start(tmp_path, setup, wait)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "own handler" in out and "left the episode" in out
+    trajectories = load_trajectories(tmp_path / "runs")
+    assert len(trajectories) == 21
+    (last,) = [t for t in trajectories if t.task_id == "in-progress"]
+    assert last.status != "incomplete" and len(last.steps) == 2
+
+
+def test_an_ignored_sigterm_stays_ignored(tmp_path):
+    code = textwrap.dedent(
+        """
+        import os, signal
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        import agenttrace as at
+        with at.episode(task_id="x"):
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("still here")
+        """
+    )
+    done = run_script(tmp_path, code, AGENTTRACE_EXIT_REPORT="false")
+    assert done.returncode == 0, done.stderr
+    assert "still here" in done.stdout
+
+
+WORKER = textwrap.dedent(
+    """
+    import multiprocessing, sys
+    import agenttrace as at
+
+    def play(count):
+        for n in range(count):
+            with at.episode(task_id=f"worker-{n}"):
+                with at.env_step() as s:
+                    s.record_result(({"n": n}, 1.0, True, False, {}))
+
+    if __name__ == "__main__":
+        context = multiprocessing.get_context(sys.argv[1])
+        workers = [context.Process(target=play, args=(25,)) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        print("exit codes", [w.exitcode for w in workers])
+    """
+)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_multiprocessing_workers_write_every_episode_when_they_end(tmp_path, method):
+    done = run_script(
+        tmp_path, WORKER, method, AGENTTRACE_OUT=str(tmp_path / "runs"), timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    assert "exit codes [0, 0]" in done.stdout
+    runs = sorted((tmp_path / "runs").iterdir())
+    assert len(runs) == 2  # each worker's own run folder
+    for run in runs:
+        trajectories = load_trajectories(run)
+        assert sorted(t.task_id for t in trajectories) == sorted(f"worker-{n}" for n in range(25))
