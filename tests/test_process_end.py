@@ -152,9 +152,7 @@ WORKER = textwrap.dedent(
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_multiprocessing_workers_write_every_episode_when_they_end(tmp_path, method):
-    done = run_script(
-        tmp_path, WORKER, method, AGENTTRACE_OUT=str(tmp_path / "runs"), timeout=180
-    )
+    done = run_script(tmp_path, WORKER, method, AGENTTRACE_OUT=str(tmp_path / "runs"), timeout=180)
     assert done.returncode == 0, done.stderr
     assert "exit codes [0, 0]" in done.stdout
     runs = sorted((tmp_path / "runs").iterdir())
