@@ -10,6 +10,7 @@ Episode metrics pick their MeterProvider the same way (docs/metrics.md).
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime as _dt
 import importlib
 import logging
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -71,12 +73,14 @@ class AgentTrace:
         self.owned_meter_provider: Any | None = None  # an SDK MeterProvider agenttrace made
         self._shut_down = False
         self._pid = os.getpid()
+        # What a forked child needs to make a pipeline like this one (see _after_fork_in_child).
+        self._made_with = (tracer_provider, meter_provider, tuple(extra_sinks))
         self.provider, self.owns_provider = _choose_provider(tracer_provider, settings)
         self.tracer = self.provider.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__)
         # Open episodes by environment, to mark them abandoned/aborted (see instrument.spans).
         self.open_episodes_by_env: dict[int, Any] = {}
         self.env_lock = threading.Lock()
-        user_sinks = list(extra_sinks)
+        user_sinks = list(self._made_with[2])
         self._user_sink_count = len(user_sinks)
         if not self.enabled:
             return
@@ -136,6 +140,7 @@ class AgentTrace:
         # runs before the helper process is told to stop (writer_process._Helper.stop).
         atexit.register(self._at_exit)
         process_end.watch(self)
+        _pipelines.add(self)
 
     # --- construction ---------------------------------------------------------------------
 
@@ -264,8 +269,32 @@ class AgentTrace:
             self.owned_meter_provider.shutdown(remaining())
         # A forked child that exits normally runs this too; its counters start as a copy of
         # the parent's, so only the process that made the pipeline reports.
-        if self.settings.exit_report and self.enabled and os.getpid() == self._pid:
+        if self.settings.exit_report and self.enabled and not _is_worker_process():
             self._say_where_written()
+
+    def _stop_in_forked_child(self) -> None:
+        """This is a forked child's copy of a parent's pipeline: its threads, helper process,
+        files and open episodes are the parent's. It stops here without writing anything;
+        the child's spans go to a pipeline of its own (:func:`get_default`)."""
+        self._shut_down = True
+        atexit.unregister(self._at_exit)
+        if self.trajectory_processor is not None:
+            self.trajectory_processor.stop_in_forked_child()
+        for processor in self.span_processors:
+            processor._closed = True
+
+    def _for_forked_child(self) -> AgentTrace:
+        """A pipeline for a forked child like this one, writing to a run folder of its own
+        (``<this run>-worker-<pid>``), from the same settings, providers and sinks."""
+        parent_run = self.run_dir.name if self.run_dir is not None else _default_run_name()
+        settings = dataclasses.replace(self.settings, run_name=f"{parent_run}-worker-{os.getpid()}")
+        tracer_provider, meter_provider, extra_sinks = self._made_with
+        return AgentTrace(
+            settings,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            extra_sinks=extra_sinks,
+        )
 
     def _at_exit(self) -> None:
         self.shutdown(timeout_millis=int(self.settings.exit_timeout * 1000))
@@ -386,6 +415,16 @@ def _losses(stats: dict[str, Any]) -> list[str]:
     if errors:
         found.append(f"{errors} error{'' if errors == 1 else 's'}")
     return found
+
+
+def _is_worker_process() -> bool:
+    """A multiprocessing worker: it writes a run folder of its own but says nothing at exit
+    (a vector env's sixteen workers would print sixteen lines); its parent's line stands."""
+    module = sys.modules.get("multiprocessing")
+    try:
+        return module is not None and module.parent_process() is not None
+    except Exception:
+        return False
 
 
 def _check_writable(folder: Path) -> None:
@@ -558,15 +597,47 @@ def get_default() -> AgentTrace:
     Never raises: when the environment holds a bad setting or the output folder cannot be
     written, it logs one line saying so and returns a switched-off pipeline, so the program
     runs on untraced (an explicit :func:`configure` raises :class:`ConfigError` instead).
+    In a forked child, the first use makes a pipeline like the parent's default, with a run
+    folder of its own.
     """
+    global _parent_default
     instance = _default
     if instance is not None:
         return instance
     with _default_lock:
         if _default is None:
-            _set_default(_from_environment())
+            parent, _parent_default = _parent_default, None
+            _set_default(_for_child(parent) if parent is not None else _from_environment())
         assert _default is not None
         return _default
+
+
+#: In a forked child, the parent's default pipeline (stopped), to make the child's from.
+_parent_default: AgentTrace | None = None
+#: Every pipeline made in this process and not shut down, to stop their copies after a fork.
+_pipelines: weakref.WeakSet[AgentTrace] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (multiprocessing, vector-env workers): its parent's pipelines stop."""
+    global _default, _parent_default
+    for pipeline in list(_pipelines):
+        pipeline._stop_in_forked_child()
+    inherited, _default = _default, None
+    if inherited is not None and inherited.enabled:
+        _parent_default = inherited
+
+
+def _for_child(parent: AgentTrace) -> AgentTrace:
+    try:
+        return parent._for_forked_child()
+    except Exception as exc:
+        logger.error("agenttrace: %s; tracing is off in process %d", _one_line(exc), os.getpid())
+        return AgentTrace(config.defaults(enabled=False))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _from_environment() -> AgentTrace:

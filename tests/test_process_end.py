@@ -139,6 +139,8 @@ WORKER = textwrap.dedent(
                     s.record_result(({"n": n}, 1.0, True, False, {}))
 
     if __name__ == "__main__":
+        if sys.argv[2] == "parent-traces-first":  # the workers inherit a running pipeline
+            play(3)
         context = multiprocessing.get_context(sys.argv[1])
         workers = [context.Process(target=play, args=(25,)) for _ in range(2)]
         for worker in workers:
@@ -150,13 +152,30 @@ WORKER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_multiprocessing_workers_write_every_episode_when_they_end(tmp_path, method):
-    done = run_script(tmp_path, WORKER, method, AGENTTRACE_OUT=str(tmp_path / "runs"), timeout=180)
+@pytest.mark.parametrize(
+    ("method", "parent"),
+    [("fork", "quiet"), ("fork", "parent-traces-first"), ("spawn", "parent-traces-first")],
+)
+def test_multiprocessing_workers_write_every_episode_when_they_end(tmp_path, method, parent):
+    """A worker ends with os._exit (fork) or a normal exit (spawn): its episodes are written.
+    A forked worker does not write through its copy of the parent's pipeline (its threads and
+    files are the parent's) but through its own, in a run folder named after the parent's."""
+    done = run_script(
+        tmp_path, WORKER, method, parent, AGENTTRACE_OUT=str(tmp_path / "runs"), timeout=180
+    )
     assert done.returncode == 0, done.stderr
     assert "exit codes [0, 0]" in done.stdout
     runs = sorted((tmp_path / "runs").iterdir())
-    assert len(runs) == 2  # each worker's own run folder
-    for run in runs:
+    workers = [run for run in runs if len(load_trajectories(run)) == 25]
+    assert len(workers) == 2
+    for run in workers:
         trajectories = load_trajectories(run)
         assert sorted(t.task_id for t in trajectories) == sorted(f"worker-{n}" for n in range(25))
+        assert all(t.status == "completed" for t in trajectories)
+    if parent == "parent-traces-first":
+        (own,) = [run for run in runs if run not in workers]
+        assert [t.task_id for t in load_trajectories(own)] == [f"worker-{n}" for n in range(3)]
+        if method == "fork":
+            assert all(run.name.startswith(f"{own.name}-worker-") for run in workers)
+    # Only the parent says where it wrote: workers are quiet at exit.
+    assert done.stderr.count("episodes ->") == (1 if parent == "parent-traces-first" else 0)

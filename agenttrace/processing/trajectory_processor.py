@@ -295,6 +295,14 @@ class TrajectoryProcessor(SpanProcessor):
             logger.warning("agenttrace: trajectory losses this run: %s", problems)
         atexit.unregister(self._at_exit)
 
+    def stop_in_forked_child(self) -> None:
+        """In a forked child: this processor's threads and open episodes are the parent's;
+        it stops without writing (the child's pipeline has a processor of its own)."""
+        self._closed = True
+        with self._lock:
+            self._open.clear()
+        atexit.unregister(self._at_exit)
+
     def _at_exit(self) -> None:
         self.shutdown(timeout_millis=10_000)
 
