@@ -706,7 +706,7 @@ def test_writer_resumes_newest_file_and_repairs_a_torn_line(tmp_path: Path) -> N
     (tmp_path / "spans-00003.jsonl").write_text(good + "\n" + good[:25])  # crashed mid-line
     writer = OtlpJsonLinesWriter(tmp_path)
     assert writer.path.name == "spans-00003.jsonl"
-    assert (tmp_path / "spans-00003.jsonl").read_text().endswith(good[:25] + "\n")
+    assert (tmp_path / "spans-00003.jsonl").read_text() == good + "\n"  # the torn line is cut
     writer.write([SpanRecord(1, 2, 0, "after", 1, 2, {})])
     writer.flush()
     writer.close()
@@ -717,7 +717,7 @@ def test_writer_resumes_newest_file_and_repairs_a_torn_line(tmp_path: Path) -> N
     errors, on_error = collect_errors()
     names = [r.name for r in read_otlp_json(tmp_path / "spans-00003.jsonl", on_error=on_error)]
     assert names == ["before", "after"]  # the new batch was not glued to the torn line
-    assert len(errors) == 1 and (errors[0].line, "invalid JSON" in errors[0].reason) == (2, True)
+    assert errors == []
 
 
 def test_writer_file_path_names_the_series(tmp_path: Path) -> None:

@@ -129,7 +129,7 @@ def test_a_helper_that_dies_after_a_flush_loses_nothing(tmp_path, caplog) -> Non
     assert len(list(read_otlp_json(runtime.span_paths))) == 20 * 7
 
 
-def test_a_helper_killed_mid_run_counts_what_it_did_not_confirm(tmp_path, caplog) -> None:
+def test_a_helper_killed_mid_run_loses_nothing_it_was_sent(tmp_path, caplog) -> None:
     runtime = at.configure(out=str(tmp_path), run_name="midrun", sinks=["jsonl"])
     helper_process().send_signal(signal.SIGSTOP)  # takes what fits in the pipe, writes nothing
     try:
@@ -142,12 +142,36 @@ def test_a_helper_killed_mid_run_counts_what_it_did_not_confirm(tmp_path, caplog
         runtime.shutdown()
     stats = runtime.stats()
     written = sorted(int(t.task_id) for t in load_trajectories(runtime.trajectory_paths))
+    assert written == list(range(25))  # what it was sent and never wrote is written here
+    assert stats["episodes_lost_writer_crash"] == stats["spans_lost_writer_crash"] == 0
+    assert stats["episodes_written"] == 25 and stats["spans_written"] == 25 * 7
+    assert "were found in its files and" in caplog.text
+    assert len(list(read_otlp_json(runtime.span_paths))) == 25 * 7
+
+
+def test_a_helper_killed_mid_run_counts_what_it_did_not_confirm(
+    tmp_path, caplog, monkeypatch
+) -> None:
+    monkeypatch.setattr(writer_process, "MAX_RETAINED_SPANS", 0)  # keep no records to write
+    runtime = at.configure(out=str(tmp_path), run_name="midrun", sinks=["jsonl"])
+    helper_process().send_signal(signal.SIGSTOP)
+    try:
+        run_episodes(20)
+        assert not runtime.force_flush(timeout_millis=1500)
+    finally:
+        kill_helper()
+    with caplog.at_level(logging.ERROR, logger="agenttrace"):
+        run_episodes(5, first=20)
+        runtime.shutdown()
+    stats = runtime.stats()
+    written = sorted(int(t.task_id) for t in load_trajectories(runtime.trajectory_paths))
     lost = stats["episodes_lost_writer_crash"]
     assert lost >= 1  # at least the first batch went into the pipe and was never confirmed
     assert lost + len(written) == 25  # every episode is either written or counted
+    assert stats["episodes_written"] == len(written)
     assert written[-5:] == list(range(20, 25))
     assert stats["spans_lost_writer_crash"] == lost * 7
-    assert f"{lost} episode(s) and {lost * 7} span(s) sent to it were not confirmed" in caplog.text
+    assert f"{lost} episode(s) and {lost * 7} span(s) are counted as lost" in caplog.text
 
 
 def test_a_sink_that_cannot_open_fails_configure_with_its_own_error(tmp_path) -> None:
@@ -197,8 +221,11 @@ def test_a_forked_child_gets_its_own_helper(tmp_path) -> None:
     run_episodes(2, first=2)
     runtime.shutdown()
     written = load_trajectories(tmp_path / "fork")
-    assert sorted(int(t.task_id) for t in written) == [0, 1, 2, 3, 100, 101, 102]
+    assert sorted(int(t.task_id) for t in written) == [0, 1, 2, 3]
     assert runtime.stats()["episodes_written"] == 4
+    # The child wrote its episodes to a run folder of its own.
+    written = load_trajectories(tmp_path / f"fork-worker-{pid}")
+    assert sorted(int(t.task_id) for t in written) == [100, 101, 102]
 
 
 def test_ctrl_c_stops_the_program_but_the_helper_finishes_the_files(tmp_path) -> None:

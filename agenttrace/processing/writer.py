@@ -13,13 +13,14 @@ import contextlib
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from agenttrace import semconv as sc
 from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.sinks.base import Sink
+from agenttrace.sinks.jsonl import JsonlSink
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.assembler import build_trajectory
 from agenttrace.trajectory.records import SpanRecord
@@ -86,6 +87,8 @@ REPORT_COUNTERS = (
     "spans_failed_write",
     "episodes_failed_assembly",
     "episodes_failed_metrics",
+    "torn_lines_cut",
+    "torn_bytes_cut",
 )
 
 
@@ -124,6 +127,11 @@ class EpisodeWriter:
     ) -> None:
         self.sinks = list(sinks)
         self.span_writer = span_writer
+        # The JSONL sinks go last, and the last of them is the commit record: an episode in its
+        # file has been given to every output (see commit_sink).
+        self._write_order = [s for s in self.sinks if not isinstance(s, JsonlSink)] + [
+            s for s in self.sinks if isinstance(s, JsonlSink)
+        ]
         # Gets each written episode's summary (metrics are recorded where the MeterProvider is).
         self.on_summary = on_summary
         self._lock = threading.Lock()  # report() may run on another thread
@@ -134,6 +142,22 @@ class EpisodeWriter:
     @property
     def writes_spans(self) -> bool:
         return self.span_writer is not None
+
+    @property
+    def commit_sink(self) -> JsonlSink | None:
+        """The JSONL sink written last for each episode (None without one): an episode whose
+        line is in its file went to every sink. A helper process's stand-in reads it to learn
+        which unconfirmed episodes the helper wrote before it died."""
+        last = self._write_order[-1] if self._write_order else None
+        return last if isinstance(last, JsonlSink) else None
+
+    def positions(self) -> dict[str, tuple[int, int] | None]:
+        """Where the span file and the commit sink will write next (see :func:`lines_since`)."""
+        commit = self.commit_sink
+        return {
+            "spans": self.span_writer.position if self.span_writer is not None else None,
+            "commit": commit.position if commit is not None else None,
+        }
 
     @classmethod
     def from_spec(
@@ -166,9 +190,14 @@ class EpisodeWriter:
             else:
                 self._write_episode(item)  # type: ignore[arg-type]
 
-    def _write_episode(self, episode: FinishedEpisode) -> None:
+    def write_episode(self, episode: FinishedEpisode, *, spans: bool = True) -> None:
+        """One finished episode; ``spans=False`` skips its span file line (already written)."""
+        self._write_episode(episode, spans)
+
+    def _write_episode(self, episode: FinishedEpisode, spans: bool = True) -> None:
         records = episode.records
-        self._write_spans(records)
+        if spans:
+            self._write_spans(records)
         try:
             if episode.start_record is not None and not any(
                 r.span_id == episode.root_span_id for r in reversed(records)
@@ -190,7 +219,7 @@ class EpisodeWriter:
                 trajectory.status = sc.STATUS_INCOMPLETE
         with self._lock:
             self._statuses[trajectory.status] += 1
-        for sink in self.sinks:
+        for sink in self._write_order:
             try:
                 sink.write(trajectory)
             except Exception as exc:
@@ -248,6 +277,9 @@ class EpisodeWriter:
         ]
         if self.span_writer is not None:
             report["span_paths"] = [str(path) for path in self.span_writer.paths]
+        for output in self._outputs():
+            report["torn_lines_cut"] += getattr(output, "torn_lines_cut", 0)
+            report["torn_bytes_cut"] += getattr(output, "torn_bytes_cut", 0)
         return report
 
     def _outputs(self) -> list[Any]:
@@ -274,3 +306,21 @@ class EpisodeWriter:
 
 def report_paths(report: Mapping[str, Any], key: str) -> list[Path]:
     return [Path(path) for path in report.get(key, ())]
+
+
+def lines_since(output: Any, position: tuple[int, int]) -> Iterator[bytes]:
+    """The complete lines (each ending with a newline) written to a rotating line file after
+    ``position`` (an ``output.position`` taken earlier): the rest of that file, then the
+    later-numbered files. A torn last line is left out."""
+    index, offset = position
+    while True:
+        try:
+            handle = open(output.path_for(index), "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return
+        with handle:
+            handle.seek(offset)
+            for line in handle:
+                if line.endswith(b"\n"):
+                    yield line
+        index, offset = index + 1, 0

@@ -12,19 +12,30 @@ user's main module) and told the parent's ``sys.path``. It ignores Ctrl-C, so an
 run still gets its files finished at exit, and it closes its files and exits when the parent
 goes away (end of input). Its log records come back to the parent's ``agenttrace`` logger.
 
-If the helper dies, the writers switch to writing in this process; episodes and spans it had
-been sent but had not confirmed are counted as lost (``*_lost_writer_crash``).
+If the helper dies, the writers switch to writing in this process. Every reply of the helper
+says how many of the items (episodes and span-only batches) it was sent it has written, and
+where its span file and commit sink (the JSONL sink written last) then ended. The parent
+keeps the items it sent until they are confirmed (their records up to
+:data:`MAX_RETAINED_SPANS` spans; only their ids beyond that). On a crash it reads what the
+helper wrote after the last confirmed position: an unconfirmed episode whose line is in the
+commit sink's file was written (and is counted so); the others are written here from the
+kept records, without their span line when that is already in the span file. Only items
+whose records were not kept and that are not in the files are counted as lost
+(``*_lost_writer_crash``). So no episode is counted written that is not in the file, none
+that is in it is counted lost, and none is written twice.
 
 Messages are ``(operation, writer id, payload)`` tuples, marshalled (pickled if they hold
 other objects), each framed by an 8-byte length. Parent to helper: open, write, flush,
-close. Helper to parent: opened, progress (after every write batch), flushed, closed, log,
-and summaries (episode summaries for the metrics, which are recorded in the parent, where
-the MeterProvider is; sent before the progress or flush reply they belong to).
+close. Helper to parent: opened, progress (after every write batch), flushed, closed and log.
+The replies to open, write, flush and close carry the writer's state: its report, the items
+written, the file positions and the episode summaries for the metrics (recorded in the
+parent, where the MeterProvider is).
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import itertools
 import json
 import logging
@@ -40,18 +51,27 @@ import warnings
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from agenttrace.processing.metrics import EpisodeSummary
+from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.processing.writer import (
     EpisodeWriter,
     FinishedEpisode,
     WriterSpec,
     empty_report,
+    lines_since,
     merge_reports,
-    sampled_count,
 )
+from agenttrace.sinks.jsonl import JsonlSink
+from agenttrace.storage.otlp_json import iter_records
+from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
 
 logger = logging.getLogger("agenttrace")
+
+#: Spans whose records the parent keeps for items sent to the helper and not yet confirmed,
+#: to write them itself if the helper dies. The pipe bounds what is unconfirmed to about two
+#: batches, so this is seldom reached; beyond it the oldest items keep only their ids, and
+#: those the helper had not written when it died are counted lost.
+MAX_RETAINED_SPANS = 100_000
 
 _HEADER = struct.Struct("!Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -242,6 +262,20 @@ class _Helper:
             self._died()
             stdout.close()
 
+    def wait_gone(self, timeout: float = 10.0) -> None:
+        """Make sure the process has ended (killing it if it still runs: it must not write
+        the files this process now writes) and that every reply it sent has been handled."""
+        if self.pid != os.getpid():
+            return
+        try:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            logger.warning("agenttrace: the writer process did not end in %.0f s", timeout)
+        if threading.current_thread() is not self._reader:
+            self._reader.join(timeout)
+
     def _died(self) -> None:
         if not self.alive:
             return
@@ -276,6 +310,8 @@ def _shared_helper() -> _Helper:
 def _after_fork_in_child() -> None:
     global _helper
     if _helper is not None:
+        for writer in _helper._writers.values():  # the reply thread may have held it
+            writer._state_lock = threading.Lock()
         _helper.forget_after_fork()
         _helper = None
 
@@ -284,11 +320,34 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class _Sent:
+    """An item sent to the helper and not yet confirmed written."""
+
+    __slots__ = ("episode_id", "item", "key", "sampled", "size")
+
+    def __init__(self, item: FinishedEpisode | list[SpanRecord], writes_spans: bool) -> None:
+        self.item: FinishedEpisode | list[SpanRecord] | None = item  # None once let go
+        if isinstance(item, FinishedEpisode):
+            records, self.episode_id = item.records, item.episode_id
+        else:
+            records, self.episode_id = item, None
+        self.size = len(records)
+        self.sampled = 0
+        self.key: tuple[int, int] | None = None  # its first span in the span file
+        if writes_spans:
+            for record in records:
+                if record.sampled:
+                    if self.key is None:
+                        self.key = (record.trace_id, record.span_id)
+                    self.sampled += 1
+
+
 class RemoteWriter:
     """An :class:`EpisodeWriter` in the helper process, with the same methods.
 
     Called from the processor's one background thread; ``report`` from any thread. When the
-    helper cannot start or dies, a local EpisodeWriter built from the same spec takes over.
+    helper cannot start or dies, a local EpisodeWriter built from the same spec takes over,
+    after writing what the helper was sent and had not written (see the module docstring).
     """
 
     def __init__(
@@ -297,20 +356,38 @@ class RemoteWriter:
         *,
         open_timeout: float = 60.0,
         on_summary: Callable[[EpisodeSummary], None] | None = None,
+        max_retained_spans: int | None = None,
     ) -> None:
         self._spec = spec._replace(summaries=on_summary is not None)
         self._on_summary = on_summary
         self._open_timeout = open_timeout
+        self._max_retained = (
+            MAX_RETAINED_SPANS if max_retained_spans is None else max_retained_spans
+        )
         self._local: EpisodeWriter | None = None
-        self._remote_report = empty_report()
         self._lost = {"episodes": 0, "spans": 0}
-        self._sent = {"episodes": 0, "spans": 0}
+        # What the helper confirmed, and what it was sent since: guarded by _state_lock (the
+        # reply thread confirms, the processor's thread sends).
+        self._state_lock = threading.Lock()
+        self._reset_state()
         self._replies: dict[str, threading.Event] = {}
         self._open_error: str | None = None
         self._exit_code: int | None = None
         self._gone = threading.Event()
+        self._takeover_lock = threading.Lock()
         self._closed = False
         self._connect()
+
+    def _reset_state(self) -> None:
+        with self._state_lock:
+            self._remote_report = empty_report()
+            self._recovered = empty_report()  # what a takeover found the helper had written
+            self._unconfirmed: collections.deque[_Sent] = collections.deque()
+            self._sent = 0  # items sent
+            self._confirmed = 0  # items the helper has written
+            self._positions: dict[str, Any] = {}
+            self._retained_spans = 0
+            self._let_go = 0  # unconfirmed items (the oldest) whose records were let go
 
     @property
     def writes_spans(self) -> bool:
@@ -338,25 +415,68 @@ class RemoteWriter:
     def _request(self, operation: str, payload: Any, timeout: float | None) -> None:
         """Send a message and wait for its reply; raises HelperUnavailable if none comes."""
         event = self._replies[_REPLY_TO[operation]] = threading.Event()
-        self._helper.send((operation, self._id, payload))
+        self._send((operation, self._id, payload))
         if not event.wait(timeout) or self._gone.is_set():
             raise HelperUnavailable(f"no reply to {operation!r} from the writer process")
 
+    def _send(self, message: tuple[str, int, Any]) -> None:
+        try:
+            self._helper.send(message)
+        except HelperUnavailable:
+            # Gone for sure (its end of the pipe is closed), even if the reply thread has not
+            # said so yet.
+            self._gone.set()
+            raise
+
     def _reply(self, operation: str, payload: Any) -> None:
-        """Called on the reply thread: episode summaries, an error text for "opened", else
-        the writer's report."""
-        if operation == "summaries":
-            if self._on_summary is not None:
-                for summary in payload:
-                    self._on_summary(summary)
-            return
+        """Called on the reply thread: for "opened" an error text (or None) and the state,
+        else the state (see :func:`_state`)."""
         if operation == "opened":
-            self._open_error = payload
+            self._open_error, state = payload
         else:
-            self._remote_report = payload
+            state = payload
+        if state is not None:
+            if self._on_summary is not None:
+                for summary in state["summaries"]:
+                    self._on_summary(summary)
+            self._confirm(state)
         event = self._replies.get(operation)
         if event is not None:
             event.set()
+
+    def _confirm(self, state: dict[str, Any]) -> None:
+        with self._state_lock:
+            self._remote_report = state["report"]
+            self._positions = state["positions"]
+            self._confirmed = state["items"]
+            self._drop_confirmed()
+
+    def _drop_confirmed(self) -> None:
+        unconfirmed = self._unconfirmed
+        # The oldest unconfirmed item is number sent - len + 1.
+        for _ in range(min(len(unconfirmed), self._confirmed - (self._sent - len(unconfirmed)))):
+            sent = unconfirmed.popleft()
+            if sent.item is None:
+                self._let_go -= 1
+            else:
+                self._retained_spans -= sent.size
+
+    def _keep(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
+        """Remember items just sent, until the helper confirms them."""
+        writes_spans = self.writes_spans
+        with self._state_lock:
+            unconfirmed = self._unconfirmed
+            for item in items:
+                sent = _Sent(item, writes_spans)
+                unconfirmed.append(sent)
+                self._retained_spans += sent.size
+            self._sent += len(items)
+            self._drop_confirmed()  # the reply may have come already
+            while self._retained_spans > self._max_retained and self._let_go < len(unconfirmed):
+                oldest = unconfirmed[self._let_go]
+                oldest.item = None
+                self._retained_spans -= oldest.size
+                self._let_go += 1
 
     def _helper_gone(self, exit_code: int | None) -> None:
         """Called by the helper (reply thread or a failed send) when the process is gone."""
@@ -365,35 +485,131 @@ class RemoteWriter:
         for event in list(self._replies.values()):
             event.set()
 
-    def _go_local(self, reason: str) -> None:
+    def _go_local(self, reason: str, *, crashed: bool = False) -> None:
         # A sink that cannot open raises here.
         local = EpisodeWriter.from_spec(self._spec, on_summary=self._on_summary)
-        lost_episodes = max(0, self._sent["episodes"] - self._remote_report["episodes_done"])
-        lost_spans = max(0, self._sent["spans"] - self._remote_report["spans_done"])
-        self._lost["episodes"] += lost_episodes
-        self._lost["spans"] += lost_spans
-        if self._sent["episodes"] or self._sent["spans"]:
+        if crashed:  # cut a line the helper tore now, not at the next write, which may not come
+            for sink in local.sinks:
+                if isinstance(sink, JsonlSink):
+                    sink.resume()
+        with self._state_lock:
+            unconfirmed = list(self._unconfirmed)
+            self._unconfirmed.clear()
+            self._retained_spans = self._let_go = 0
+            positions = dict(self._positions)
+        if unconfirmed:
+            found, again, lost_episodes, lost_spans = self._take_over(local, unconfirmed, positions)
             logger.error(
-                "agenttrace: %s; writing in this process from now on. %d episode(s) and "
-                "%d span(s) sent to it were not confirmed written and are counted as lost",
+                "agenttrace: %s; writing in this process from now on. Of %d episode(s) and "
+                "span batch(es) sent to it and not confirmed written, %d episode(s) were found "
+                "in its files and %d item(s) were written again here; %d episode(s) and %d "
+                "span(s) are counted as lost",
                 reason,
+                len(unconfirmed),
+                found,
+                again,
                 lost_episodes,
                 lost_spans,
+            )
+        elif self._sent:
+            logger.error(
+                "agenttrace: %s; writing in this process from now on (it had written "
+                "everything it was sent)",
+                reason,
             )
         else:
             logger.warning("agenttrace: %s; writing in this process instead", reason)
         self._local = local
 
+    def _take_over(
+        self, local: EpisodeWriter, unconfirmed: list[_Sent], positions: dict[str, Any]
+    ) -> tuple[int, int, int, int]:
+        """Finish the items the helper did not confirm: count those in its files as written,
+        write the others here (or count them lost when their records were let go).
+
+        Returns (episodes found written, items written again, episodes lost, spans lost).
+        """
+        in_span_file: set[tuple[int, int]] = set()
+        span_position = positions.get("spans")
+        if local.span_writer is None or not any(sent.key for sent in unconfirmed):
+            span_position = None
+        if span_position is not None:
+            for line in lines_since(local.span_writer, span_position):
+                for record in iter_records([line], on_error=_ignore):
+                    in_span_file.add((record.trace_id, record.span_id))
+        written: dict[str, dict[str, Any]] = {}
+        commit = local.commit_sink
+        wanted = {sent.episode_id for sent in unconfirmed if sent.episode_id is not None}
+        if commit is not None and positions.get("commit") is not None and wanted:
+            for line in lines_since(commit, positions["commit"]):
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue
+                episode_id = data.get("episode_id") if isinstance(data, dict) else None
+                if isinstance(episode_id, str) and episode_id in wanted:
+                    written[episode_id] = data
+        recovered = self._recovered
+        found = again = lost_episodes = lost_spans = 0
+        for sent in unconfirmed:
+            spans_there = sent.key is not None and sent.key in in_span_file
+            if spans_there:
+                recovered["spans_written"] += sent.sampled
+                recovered["spans_done"] += sent.sampled
+            if sent.episode_id is None:  # spans outside episodes
+                if spans_there or not sent.sampled:
+                    continue
+                if sent.item is not None:
+                    local.write([sent.item])
+                    again += 1
+                else:
+                    lost_spans += sent.sampled
+                continue
+            data = written.get(sent.episode_id)
+            if data is not None:  # the helper wrote it and died before saying so
+                found += 1
+                recovered["episodes_done"] += 1
+                status = str(data.get("status"))
+                recovered["statuses"][status] = recovered["statuses"].get(status, 0) + 1
+                if not spans_there:
+                    lost_spans += sent.sampled
+                self._summarize(data)
+            elif sent.item is not None:
+                local.write_episode(sent.item, spans=not spans_there)  # type: ignore[arg-type]
+                again += 1
+            else:
+                lost_episodes += 1
+                if not spans_there:
+                    lost_spans += sent.sampled
+        self._lost["episodes"] += lost_episodes
+        self._lost["spans"] += lost_spans
+        return found, again, lost_episodes, lost_spans
+
+    def _summarize(self, data: dict[str, Any]) -> None:
+        if self._on_summary is None:
+            return
+        try:
+            self._on_summary(summarize(Trajectory.from_dict(data)))
+        except Exception:
+            logger.debug("agenttrace: no metrics for an episode the writer process wrote")
+
     def _usable_remote(self) -> bool:
         if self._local is not None:
             return False
         if self._pid != os.getpid():  # forked: the parent's helper is not ours
-            self._remote_report = empty_report()
-            self._sent = {"episodes": 0, "spans": 0}
+            self._reset_state()
             self._connect()
             return self._local is None
         if self._gone.is_set():
-            self._go_local(f"the writer process exited unexpectedly (exit code {self._exit_code})")
+            with self._takeover_lock:  # once, even if close() races a late write()
+                if self._local is None:
+                    self._helper.wait_gone()  # every reply read, nothing more written by it
+                    code = self._helper.process.returncode
+                    self._go_local(
+                        "the writer process exited unexpectedly (exit code "
+                        f"{self._exit_code if code is None else code})",
+                        crashed=True,
+                    )
             return False
         return True
 
@@ -401,20 +617,13 @@ class RemoteWriter:
 
     def write(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
         if self._usable_remote():
-            episodes = spans = 0
-            for item in items:
-                if type(item) is list:
-                    spans += sampled_count(item)
-                else:
-                    episodes += 1
-                    spans += sampled_count(item.records)  # type: ignore[union-attr]
             try:
-                self._helper.send(("write", self._id, _to_wire(items)))
-                self._sent["episodes"] += episodes
-                self._sent["spans"] += spans
-                return
+                self._send(("write", self._id, _to_wire(items)))
             except HelperUnavailable:
                 self._usable_remote()  # switches to local; these items were not sent
+            else:
+                self._keep(items)
+                return
         assert self._local is not None
         self._local.write(items)
 
@@ -447,12 +656,17 @@ class RemoteWriter:
         self._local.close()
 
     def report(self) -> dict[str, Any]:
-        report = dict(self._remote_report)
+        with self._state_lock:
+            report = merge_reports(self._remote_report, self._recovered)
         if self._local is not None:
             report = merge_reports(report, self._local.report())
         report["episodes_lost_writer_crash"] = self._lost["episodes"]
         report["spans_lost_writer_crash"] = self._lost["spans"]
         return report
+
+
+def _ignore(error: Exception) -> None:
+    pass
 
 
 _REPLY_TO = {"open": "opened", "flush": "flushed", "close": "closed"}
@@ -498,17 +712,31 @@ def serve() -> None:
 
     writers: dict[int, EpisodeWriter] = {}
     pending: dict[int, list[EpisodeSummary]] = {}  # summaries not yet sent, by writer
+    done: dict[int, int] = {}  # items written, by writer
     while True:
         message = _read_frame(requests)
         if message is None:
             break
         operation, writer_id, payload = message
         try:
-            _handle(operation, writer_id, payload, writers, pending, send)
+            _handle(operation, writer_id, payload, writers, pending, done, send)
         except Exception:
             agenttrace_logger.exception("agenttrace: the writer process failed at %s", operation)
     for writer in writers.values():  # the parent went away: finish what we have
         writer.close()
+
+
+def _state(writer: EpisodeWriter, items: int, summaries: list[EpisodeSummary]) -> dict[str, Any]:
+    """What a reply tells the parent: the writer's report, how many items it has written and
+    where its span file and commit sink end after them, and the summaries not yet sent."""
+    state = {
+        "report": writer.report(),
+        "items": items,
+        "positions": writer.positions(),
+        "summaries": summaries[:],
+    }
+    summaries.clear()
+    return state
 
 
 def _handle(
@@ -517,32 +745,34 @@ def _handle(
     payload: Any,
     writers: dict[int, EpisodeWriter],
     pending: dict[int, list[EpisodeSummary]],
+    done: dict[int, int],
     send: Callable[[Any], None],
 ) -> None:
     if operation == "open":
         summaries = pending[writer_id] = []
+        done[writer_id] = 0
         try:
-            writers[writer_id] = EpisodeWriter.from_spec(
+            writer = writers[writer_id] = EpisodeWriter.from_spec(
                 payload, on_summary=summaries.append if payload.summaries else None
             )
         except Exception as exc:
-            send(("opened", writer_id, f"{type(exc).__name__}: {exc}"))
+            send(("opened", writer_id, (f"{type(exc).__name__}: {exc}", None)))
         else:
-            send(("opened", writer_id, None))
+            send(("opened", writer_id, (None, _state(writer, 0, summaries))))
         return
     writer = writers[writer_id]
     if operation == "write":
-        writer.write(_from_wire(payload))
+        try:
+            writer.write(_from_wire(payload))
+        finally:
+            done[writer_id] += len(payload)
     elif operation == "flush":
         writer.flush()
     elif operation == "close":
         del writers[writer_id]
         writer.close()
-    summaries = pending[writer_id]
-    if summaries:
-        send(("summaries", writer_id, summaries[:]))
-        summaries.clear()
+    state = _state(writer, done[writer_id], pending[writer_id])
     if operation == "close":
-        del pending[writer_id]
+        del pending[writer_id], done[writer_id]
     reply = {"write": "progress", "flush": "flushed", "close": "closed"}[operation]
-    send((reply, writer_id, writer.report()))
+    send((reply, writer_id, state))

@@ -2,13 +2,15 @@
 
 Crash safety: each trajectory is one ``write`` of ``to_json() + "\\n"`` followed by a flush,
 so a crash leaves at most one torn last line. Before appending to a file whose last byte is
-not a newline (a torn line from an earlier crash), the sink writes a newline first, so the
-torn text stays on its own line and never merges with the next record; the reader skips it.
+not a newline (a torn line from a writer that died mid-write), the sink cuts the file back to
+its last complete line, logging how many bytes it cut: a torn line is never left in the middle
+of a file, and every complete line is kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -18,6 +20,8 @@ from agenttrace.sinks.files import safe_filename
 from agenttrace.trajectory.model import Trajectory
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+logger = logging.getLogger("agenttrace")
 
 
 def check_basename(basename: str) -> str:
@@ -56,11 +60,22 @@ class JsonlSink:
         self._size = 0
         self._paths: list[Path] = []
         self._closed = False
+        #: Torn last lines cut from files before appending to them, and their bytes.
+        self.torn_lines_cut = 0
+        self.torn_bytes_cut = 0
 
     @property
     def paths(self) -> list[Path]:
         """The files this sink has written to, oldest first."""
         return list(self._paths)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(file number, offset)``: where this sink's next line goes. Everything written
+        after this call is in that file from that offset on, or in later-numbered files."""
+        if self._file is not None:
+            return self._index, self._size
+        return self._index, complete_size(self.path_for(self._index))
 
     def path_for(self, index: int) -> Path:
         """File number ``index``: the plain name for 0, ``-00001`` style after that."""
@@ -77,16 +92,22 @@ class JsonlSink:
         ]
         return max(numbers, default=0)
 
+    def resume(self) -> None:
+        """Open the newest file now if it exists (cutting a torn last line), not at the first
+        write: a writer taking over from one that died leaves no torn line behind."""
+        if self._file is None and not self._closed and self.path_for(self._index).exists():
+            self._open()
+
     def _open(self) -> None:
         path = self.path_for(self._index)
         handle = open(path, "ab")  # noqa: SIM115 - kept open across writes, closed in close()
         try:
             size = handle.seek(0, os.SEEK_END)
-            if size > 0 and not _ends_with_newline(path):
-                # An earlier writer stopped mid-line: end that line so it stays apart.
-                handle.write(b"\n")
-                handle.flush()
-                size += 1
+            cut = cut_torn_tail(handle, path, size)
+            if cut:
+                self.torn_lines_cut += 1
+                self.torn_bytes_cut += cut
+                size -= cut
         except BaseException:
             handle.close()
             raise
@@ -123,7 +144,7 @@ class JsonlSink:
             handle.flush()
         except BaseException:
             # The line may be half written: drop the handle so the next write reopens the
-            # file and ends the torn line before appending.
+            # file and cuts the torn line before appending.
             self._file = None
             with contextlib.suppress(OSError):
                 handle.close()
@@ -147,7 +168,53 @@ class JsonlSink:
         return f"JsonlSink({str(self.folder)!r}, basename={self.basename!r})"
 
 
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) == b"\n"
+def complete_size(path: str | os.PathLike) -> int:
+    """The size of ``path`` up to and including its last newline (0 if it does not exist):
+    where a writer appending to it would start, once a torn last line is cut."""
+    try:
+        with open(path, "rb") as handle:
+            return _last_line_end(handle, handle.seek(0, os.SEEK_END))
+    except FileNotFoundError:
+        return 0
+
+
+def cut_torn_tail(handle: BinaryIO, path: str | os.PathLike, size: int) -> int:
+    """Cut a torn last line (bytes after the last newline) from the file ``handle`` has open
+    for appending; returns the bytes cut (0 when the file is empty or ends with a newline).
+
+    A writer that dies mid-write leaves such a line; cutting it before appending means it is
+    never left in the middle of the file. Each cut is logged.
+    """
+    if size == 0:
+        return 0
+    with open(path, "rb") as reader:
+        end = _last_line_end(reader, size)
+    cut = size - end
+    if cut:
+        handle.flush()
+        os.ftruncate(handle.fileno(), end)
+        handle.seek(0, os.SEEK_END)
+        logger.warning(
+            "agenttrace: %s ended with a torn line of %d byte(s) (a writer stopped mid-write); "
+            "cut it before appending",
+            path,
+            cut,
+        )
+    return cut
+
+
+_SCAN = 1 << 16
+
+
+def _last_line_end(reader: BinaryIO, size: int) -> int:
+    """The offset just after the last newline in the first ``size`` bytes (0 if none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - _SCAN)
+        reader.seek(start)
+        chunk = reader.read(end - start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0

@@ -1788,6 +1788,37 @@ def _safe_lines(
         )
 
 
+def _cut_torn_tail(file: io.BufferedWriter, path: Path, size: int) -> int:
+    """Cut the bytes after the last newline of the file ``file`` appends to (a line torn by a
+    writer that died mid-write); returns how many were cut, and logs it when any were."""
+    if not size:
+        return 0
+    end = size
+    with open(path, "rb") as check:
+        while end > 0:  # back to the last newline, 64 KiB at a time
+            start = max(0, end - (1 << 16))
+            check.seek(start)
+            newline = check.read(end - start).rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+    cut = size - end
+    if cut:
+        import logging
+
+        file.flush()
+        os.ftruncate(file.fileno(), end)
+        file.seek(0, os.SEEK_END)
+        logging.getLogger("agenttrace").warning(
+            "agenttrace: %s ended with a torn line of %d byte(s) (a writer stopped mid-write); "
+            "cut it before appending",
+            path,
+            cut,
+        )
+    return cut
+
+
 class OtlpJsonLinesWriter:
     """Append batches of records to ``spans.jsonl`` as OTLP/JSON lines, rotating by size.
 
@@ -1795,9 +1826,11 @@ class OtlpJsonLinesWriter:
     ``<basename>-00001.jsonl``, ``-00002`` ... once each reaches ``max_bytes``) or a file path
     ending in a suffix such as ``.jsonl`` (rotated names derive from it). Files are never
     renamed, so a reader may follow them while they grow. Each batch is one line, written with
-    one write and flushed, so a crash can tear at most the last line; appending to a file whose
-    last byte is not a newline first ends that torn line. Restarting resumes the newest file.
-    Thread-safe; independent of the OpenTelemetry SDK.
+    one write and flushed, so a crash can tear at most the last line; before appending to a
+    file whose last byte is not a newline, the writer cuts that torn line (logging the bytes
+    cut, counted in ``torn_lines_cut`` / ``torn_bytes_cut``), so a torn line never ends up in
+    the middle of a file. Restarting resumes the newest file. Thread-safe; independent of the
+    OpenTelemetry SDK.
     """
 
     def __init__(
@@ -1822,8 +1855,21 @@ class OtlpJsonLinesWriter:
         self._paths: list[Path] = []
         self._file: io.BufferedWriter | None = None
         self._size = 0
+        self.torn_lines_cut = 0
+        self.torn_bytes_cut = 0
         self._index = self._newest_index()
         self._open()
+
+    def path_for(self, index: int) -> Path:
+        """File number ``index`` of the series (0 is the plain name)."""
+        return self._path(index)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """``(file number, offset)``: where the next batch goes. Everything written after this
+        call is in that file from that offset on, or in later-numbered files."""
+        with self._lock:
+            return self._index, self._size
 
     def _path(self, index: int) -> Path:
         if index == 0:
@@ -1840,14 +1886,16 @@ class OtlpJsonLinesWriter:
     def _open(self) -> None:
         path = self._path(self._index)
         file = open(path, "ab")  # noqa: SIM115 - kept open across writes, closed in close()
-        size = file.tell()
-        if size:
-            with open(path, "rb") as check:
-                check.seek(size - 1)
-                if check.read(1) != b"\n":  # the previous writer died mid-line: end it
-                    file.write(b"\n")
-                    file.flush()
-                    size += 1
+        try:
+            size = file.tell()
+            cut = _cut_torn_tail(file, path, size)  # the previous writer died mid-line
+        except BaseException:
+            file.close()
+            raise
+        if cut:
+            self.torn_lines_cut += 1
+            self.torn_bytes_cut += cut
+            size -= cut
         self._file, self._size = file, size
         self._paths.append(path)
         if size >= self._max_bytes:
