@@ -7,8 +7,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from conftest_sinks_helpers import ErrorLog, make_batch
+from conftest_sinks_helpers import ErrorLog, make_batch, make_trajectory
 
+import agenttrace as at
 from agenttrace.sinks import JsonlSink, load_trajectories
 from agenttrace.sinks.jsonl import complete_size
 from agenttrace.storage import read_otlp_json
@@ -101,3 +102,23 @@ def test_span_writer_leaves_complete_files_alone(tmp_path) -> None:
     writer.close()
     assert writer.torn_lines_cut == 0
     assert (tmp_path / "spans.jsonl").read_text() == span_line(1, "a") + span_line(2, "b")
+
+
+def test_the_pipeline_reports_a_torn_line_it_cut(tmp_path):
+    """A run folder a crash left with a torn last line, continued by a new run of that name."""
+    old = make_trajectory(0, steps=1)
+    run = tmp_path / "runs" / "again"
+    run.mkdir(parents=True)
+    whole = old.to_json() + "\n"
+    (run / "trajectories.jsonl").write_text(whole + whole[: len(whole) // 2])
+    runtime = at.configure(out=str(tmp_path / "runs"), run_name="again", writer="thread")
+    with at.episode(task_id="new"):
+        pass
+    runtime.shutdown()
+    stats = runtime.stats()
+    assert stats["torn_lines_cut"] == 1
+    assert stats["torn_bytes_cut"] == len(whole[: len(whole) // 2].encode())
+    errors = []
+    loaded = load_trajectories(run / "trajectories.jsonl", on_error=errors.append)
+    assert errors == []
+    assert [t.task_id for t in loaded] == [old.task_id, "new"]

@@ -323,6 +323,9 @@ class TrajectoryProcessor(SpanProcessor):
         stats["sink_errors"] = report["sink_errors"]
         stats["spans_written"] = report["spans_written"]
         stats["episodes_failed_metrics"] = report.get("episodes_failed_metrics", 0)
+        # Torn last lines an earlier crash left in files this run appended to (cut, not kept).
+        stats["torn_lines_cut"] = report.get("torn_lines_cut", 0)
+        stats["torn_bytes_cut"] = report.get("torn_bytes_cut", 0)
         stats["internal_errors"] = counts.get("internal_errors", 0) + self._worker.errors
         return stats
 
