@@ -179,3 +179,23 @@ def test_multiprocessing_workers_write_every_episode_when_they_end(tmp_path, met
             assert all(run.name.startswith(f"{own.name}-worker-") for run in workers)
     # Only the parent says where it wrote: workers are quiet at exit.
     assert done.stderr.count("episodes ->") == (1 if parent == "parent-traces-first" else 0)
+
+
+@pytest.mark.parametrize("writer", ["process", "thread"])
+def test_after_sigkill_every_episode_finished_a_second_earlier_is_written(tmp_path, writer):
+    """SIGKILL runs nothing: what is on disk is what the writer had written. Episodes that
+    ended more than the hand-over interval (1 s) before the kill are all there."""
+    process = start(tmp_path, AGENTTRACE_WRITER=writer)
+    time.sleep(1.5)
+    process.kill()
+    process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    finished = set(finished_ids(tmp_path))
+    written: set[str] = set()
+    for _ in range(100):  # the helper process sees its input end, writes what it has, exits
+        trajectories = load_trajectories(tmp_path / "runs", on_error=lambda error: None)
+        written = {t.episode_id for t in trajectories if t.status == "completed"}
+        if finished <= written:
+            break
+        time.sleep(0.1)
+    assert finished <= written, sorted(finished - written)
