@@ -3,7 +3,9 @@
 Unlike the SDK's batch processor, a full queue makes the producer *wait* (up to
 ``block_timeout``) instead of evicting the oldest item, so an RL loop that outruns the writer
 is slowed down rather than losing data; only after the wait is an item dropped, and every drop
-is counted. ``put`` takes no lock on the fast path: ``deque.append`` is atomic in CPython.
+is counted. ``block_timeout=0`` never waits: a full queue refuses the item at once (counted),
+for consumers that must never slow the producer (span export to a remote endpoint). ``put``
+takes no lock on the fast path: ``deque.append`` is atomic in CPython.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ logger = logging.getLogger("agenttrace")
 
 
 class _FlushRequest:
-    __slots__ = ("done",)
+    __slots__ = ("done", "ok")
 
     def __init__(self) -> None:
         self.done = threading.Event()
+        self.ok = True  # False when the queue was discarded instead of handled
 
 
 class BackgroundWorker:
@@ -63,15 +66,16 @@ class BackgroundWorker:
         self._on_flush = on_flush
         self._on_idle = on_idle
         self.dropped = 0
+        self.waits = 0  # puts that found the queue full and waited for room
         self.handled = 0
         self.errors = 0
-        self._lock = threading.Lock()
         self._start()
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._start)
             os.register_at_fork(after_in_child=lambda: (m := ref()) and m())
 
     def _start(self) -> None:
+        self._lock = threading.Lock()  # anew after a fork: another thread may have held it
         self._queue: deque[Any] = deque()
         self._wake = threading.Event()
         self._space = threading.Condition(threading.Lock())
@@ -96,8 +100,12 @@ class BackgroundWorker:
         return True
 
     def _wait_for_room(self) -> bool:
-        if self._stopping or threading.current_thread() is self._thread:
+        if self._block_timeout <= 0 or self._stopping:
             return False
+        if threading.current_thread() is self._thread:
+            return False
+        with self._lock:
+            self.waits += 1
         deadline = time.monotonic() + self._block_timeout
         self._wake.set()
         with self._space:
@@ -108,8 +116,14 @@ class BackgroundWorker:
                 self._space.wait(min(remaining, 0.05))
         return True
 
-    def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait until everything queued before this call is handled; True when it was."""
+    def flush(
+        self, timeout: float | None = 30.0, stop_waiting: Callable[[], bool] | None = None
+    ) -> bool:
+        """Wait until everything queued before this call is handled; True when it was.
+
+        ``stop_waiting``, when given, is asked every 50 ms; once it says True the wait ends
+        early (False), e.g. when what the handler sends to is known to be down.
+        """
         if not self._thread.is_alive():
             return not self._queue
         if threading.current_thread() is self._thread:
@@ -118,15 +132,56 @@ class BackgroundWorker:
         request = _FlushRequest()
         self._queue.append(request)
         self._wake.set()
-        return request.done.wait(timeout)
+        if stop_waiting is None:
+            return request.done.wait(timeout) and request.ok
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if request.done.wait(max(0.0, remaining)):
+                return request.ok
+            if stop_waiting() or (deadline is not None and time.monotonic() >= deadline):
+                return False
 
     def shutdown(self, timeout: float | None = 30.0) -> bool:
+        """Flush, then stop the thread; ``timeout`` bounds both together."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         flushed = self.flush(timeout)
+        self.stop(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return flushed
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Let the thread end once the queue is empty; wait at most ``timeout`` for it.
+
+        True when it ended. A thread still busy then (a handler that does not return) is a
+        daemon: it is left behind, never waited on longer.
+        """
         self._stopping = True
         self._wake.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-        return flushed
+        return not self._thread.is_alive()
+
+    def discard(self) -> int:
+        """Take every item still queued off the queue unhandled; the number of them.
+
+        An item the thread has already taken (its current batch) is not among them. Flushes
+        waiting on the discarded items return False.
+        """
+        queue = self._queue
+        count = 0
+        while True:
+            try:
+                item = queue.popleft()  # atomic: the thread never gets the same item
+            except IndexError:
+                break
+            if type(item) is _FlushRequest:
+                item.ok = False
+                item.done.set()
+            else:
+                count += 1
+        with self._space:
+            self._space.notify_all()
+        return count
 
     @property
     def queued(self) -> int:

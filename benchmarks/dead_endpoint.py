@@ -1,0 +1,251 @@
+"""Steps/s of a traced CartPole loop whose OTLP endpoint is dead, next to no endpoint at all.
+
+Variants, each over the same number of steps with the same scripted policy and agenttrace's
+full pipeline (tracing API, TrajectoryProcessor writing trajectories.jsonl and Parquet,
+spans.jsonl; the writer where ``writer=auto`` puts it):
+
+* ``no endpoint``: no ``OTEL_EXPORTER_OTLP_ENDPOINT``, so spans go to spans.jsonl only;
+* ``dead endpoint``: ``OTEL_EXPORTER_OTLP_ENDPOINT`` names a TCP server on 127.0.0.1 that
+  accepts connections and never answers (a hung collector), so agenttrace also adds its
+  OTLP span processor, whose every export hangs until the exporter's timeout.
+
+In each round both variants run once (taking turns at going first) from ``configure()`` to
+the end of the loop; the ratio of their steps/s is taken within the round and the median of
+the rounds is shown (this host's speed drifts by 10-20 % within a minute). Then
+``shutdown()`` with the exit deadline (``exit_timeout``, what the exit handler uses) is timed
+on its own, and the span files are read back: they must hold every span. Rounds must be long
+enough to fill the export queue (``queue_size``, 65,536 spans by default; a step makes three
+spans): that is when a producer that waits for room would stall. Last, one real exit: a child
+process plays a round with the dead endpoint and ends without calling shutdown; the time from
+the end of its loop to the end of the process is shown with its exit line. Target: ratio
+>= 0.9. Run::
+
+    python benchmarks/dead_endpoint.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import gymnasium as gym
+
+import agenttrace as at
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+class BlackHole:
+    """Accepts TCP connections on 127.0.0.1 and never answers."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.sock.settimeout(0.1)
+        self.connections: list[socket.socket] = []
+        self._stopping = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stopping:
+            try:
+                connection, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.connections.append(connection)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._thread.join(5)
+        for connection in self.connections:
+            connection.close()
+        self.sock.close()
+
+
+class Messages(logging.Handler):
+    """Keeps agenttrace's log lines (the loss summary) instead of printing them each round."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def policy(obs) -> int:
+    return int(obs[2] + obs[3] > 0)
+
+
+def run(env, steps: int, out: Path, writer: str, endpoint: str | None, report: bool = False):
+    """Configure, play ``steps``; (loop seconds, steps, episodes, runtime)."""
+    for name in ENDPOINT_VARIABLES:
+        os.environ.pop(name, None)
+    if endpoint is not None:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    runtime = at.configure(
+        out=str(out),
+        run_name=uuid.uuid4().hex,
+        sinks=["jsonl", "parquet"],
+        writer=writer,
+        metrics="none",
+        exit_report=report,
+    )
+    gc.collect()
+    started = time.perf_counter()
+    done_steps = episodes = 0
+    while done_steps < steps:
+        with at.episode(env=env):
+            with at.env_reset() as reset:
+                obs, _info = reset.record_result(env.reset(seed=episodes))
+            done = False
+            while not done:
+                with at.timestep():
+                    with at.agent_act() as act:
+                        action = policy(obs)
+                        act.record(observation=obs, action=action)
+                    with at.env_step() as step:
+                        obs, _reward, terminated, truncated, _info = step.record_result(
+                            env.step(action)
+                        )
+                done = terminated or truncated
+                done_steps += 1
+        episodes += 1
+    seconds = time.perf_counter() - started
+    return seconds, done_steps, episodes, runtime
+
+
+def count_spans(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        with open(path) as handle:
+            for line in handle:
+                for resource in json.loads(line)["resourceSpans"]:
+                    for scope in resource["scopeSpans"]:
+                        total += len(scope["spans"])
+    return total
+
+
+def child(endpoint: str, steps: int, out: str, writer: str) -> None:
+    """One round with ``endpoint``, then a plain return: the exit handler shuts down."""
+    env = gym.make("CartPole-v1")
+    run(env, steps, Path(out), writer, endpoint, report=True)
+    print(f"loop-ended {time.time()!r}", flush=True)
+
+
+def real_exit(endpoint: str, steps: int, out: str, writer: str) -> tuple[float, str]:
+    """Seconds from the end of a child's loop to the end of the child; its exit line."""
+    command = [sys.executable, __file__, "--child", endpoint, "--steps", str(steps)]
+    done = subprocess.run(
+        [*command, "--out", out, "--writer", writer],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    ended = time.time()
+    if done.returncode != 0:
+        raise SystemExit(f"the child failed:\n{done.stderr}")
+    marker = [line for line in done.stdout.splitlines() if line.startswith("loop-ended ")]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("agenttrace: ")]
+    return ended - float(marker[0].split()[1]), lines[-1] if lines else "(no exit line)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=90_000, help="steps per variant, in all")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--writer", choices=("auto", "process", "thread"), default="auto")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.steps < 1 or args.rounds < 1:
+        parser.error("--steps and --rounds must be at least 1")
+    if args.child:
+        child(args.child, args.steps, args.out, args.writer)
+        return
+    round_steps = -(-args.steps // args.rounds)
+    messages = Messages()
+    logging.getLogger("agenttrace").addHandler(messages)
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    hole = BlackHole()
+    variants = {"no endpoint": None, "dead endpoint": hole.endpoint}
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    exits: dict[str, list[float]] = {name: [] for name in variants}
+    ratios: list[float] = []
+    lost_in_files = 0
+    not_exported: dict[str, int] = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for round_index in range(args.rounds):
+                names = list(variants)[:: 1 if round_index % 2 == 0 else -1]
+                for name in names:
+                    seconds, steps, episodes, runtime = run(
+                        env, round_steps, Path(tmp), args.writer, variants[name]
+                    )
+                    rates[name].append(steps / seconds)
+                    processors = list(runtime.span_processors)
+                    if (variants[name] is None) != (not processors):
+                        raise SystemExit(f"{name}: {len(processors)} OTLP span processors")
+                    started = time.perf_counter()
+                    runtime.shutdown(timeout_millis=int(runtime.settings.exit_timeout * 1000))
+                    exits[name].append(time.perf_counter() - started)
+                    expected = 2 * episodes + 3 * steps  # episode + reset, 3 spans per step
+                    lost_in_files += expected - count_spans(runtime.span_paths)
+                    for processor in processors:
+                        counts = processor.counts()
+                        if counts["exported"] + counts["not_exported"] != expected:
+                            raise SystemExit(f"counters do not add up to {expected}: {counts}")
+                        for key, value in counts.items():
+                            not_exported[key] = not_exported.get(key, 0) + value
+                ratios.append(rates["dead endpoint"][-1] / rates["no endpoint"][-1])
+            child_exit, exit_line = real_exit(hole.endpoint, round_steps, tmp, args.writer)
+    finally:
+        hole.stop()
+        for name in ENDPOINT_VARIABLES:
+            os.environ.pop(name, None)
+    print(
+        f"CartPole-v1, {round_steps * args.rounds} steps per variant in {args.rounds} rounds "
+        f"of {round_steps}; writer {args.writer}"
+    )
+    print(f"{'variant':<14} {'steps/s':>9} {'exit s':>7}  (medians; exit: shutdown(exit deadline))")
+    for name in variants:
+        rate = statistics.median(rates[name])
+        print(f"{name:<14} {rate:>9,.0f} {statistics.median(exits[name]):>7.2f}")
+    print(
+        f"ratio dead endpoint / no endpoint: {statistics.median(ratios):.2f} "
+        f"(rounds {min(ratios):.2f}-{max(ratios):.2f})  target >= 0.90"
+    )
+    print(f"longest exit with the dead endpoint: {max(exits['dead endpoint']):.2f} s")
+    print(f"real exit of a child process with the dead endpoint: {child_exit:.2f} s")
+    print(f"its exit line: {exit_line}")
+    print(f"spans missing from the span files: {lost_in_files}")
+    print(
+        "OTLP counters, all dead-endpoint rounds: "
+        + ", ".join(f"{key}={value}" for key, value in not_exported.items())
+    )
+    summaries = [line for line in messages.lines if "spans not exported" in line]
+    if summaries:
+        print(f"loss line at shutdown (last round): {summaries[-1]}")
+
+
+if __name__ == "__main__":
+    main()
