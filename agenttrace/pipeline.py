@@ -34,7 +34,7 @@ from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.metrics import EpisodeMetrics
 from agenttrace.processing.span_content import ContentPolicyExporter
-from agenttrace.processing.span_export import LosslessSpanProcessor
+from agenttrace.processing.span_export import LosslessSpanProcessor, export_counts
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.processing.writer import EpisodeWriter, SinkSpec, WriterSpec
 from agenttrace.processing.writer_process import RemoteWriter
@@ -132,7 +132,8 @@ class AgentTrace:
             processor = LosslessSpanProcessor(
                 export_policy(span_exporter) if export_policy is not None else span_exporter,
                 max_queue=settings.queue_size,
-                block_timeout=settings.block_timeout,
+                shutdown_timeout=settings.exit_timeout,
+                log_losses=False,  # the exit line reports them (summary_line)
             )
             self.provider.add_span_processor(processor)
             self.span_processors.append(processor)
@@ -262,7 +263,7 @@ class AgentTrace:
         if self.trajectory_processor is not None:
             self.trajectory_processor.shutdown(remaining())
         for processor in self.span_processors:
-            processor.shutdown()
+            processor.shutdown(remaining())
         if self.owns_provider:
             self.provider.shutdown()
         if self.owned_meter_provider is not None:  # after the writer: its last episodes count
@@ -310,6 +311,13 @@ class AgentTrace:
         stats = self.stats()
         episodes = stats.get("episodes_written", 0)
         lost = _losses(stats)
+        not_sent = int(stats.get("spans_not_exported", 0) or 0)
+        if not_sent:
+            kept = " (all in the span file)" if self.span_paths else ""
+            lost.append(
+                f"{not_sent:,} span{'' if not_sent == 1 else 's'} not sent to the OTLP "
+                f"endpoint{kept}"
+            )
         if not (episodes or stats.get("spans_written", 0) or lost):
             return None
         line = f"agenttrace: {episodes} episode{'' if episodes == 1 else 's'}"
@@ -356,13 +364,14 @@ class AgentTrace:
         stats: dict[str, Any] = (
             self.trajectory_processor.stats() if self.trajectory_processor else {}
         )
-        stats["spans_dropped"] = (
-            sum(p.dropped for p in self.span_processors)
-            + stats.get("spans_dropped_queue_full", 0)
-            + stats.get("spans_failed_write", 0)
+        stats["spans_dropped"] = stats.get("spans_dropped_queue_full", 0) + stats.get(
+            "spans_failed_write", 0
         )
-        stats["spans_export_failed"] = sum(p.failed for p in self.span_processors)
-        stats["spans_exported"] = sum(p.exported for p in self.span_processors)
+        # spans_exported, spans_not_exported (+ _queue_full, _export_failed, _endpoint_down,
+        # _at_shutdown), spans_pending: the OTLP endpoint's, apart from the losses above.
+        for name, value in export_counts(self.span_processors).items():
+            stats[f"spans_{name}"] = value
+        stats["spans_export_failed"] = stats["spans_not_exported_export_failed"]  # older name
         policies = [p.exporter for p in self.span_processors]
         policies = [e for e in policies if isinstance(e, ContentPolicyExporter)]
         stats["export_content_truncated"] = sum(e.truncated for e in policies)
@@ -389,11 +398,10 @@ _LOSS_LABELS = (
     (
         "span",
         (
-            "spans_dropped",  # queue full, failed write, export queue full
+            "spans_dropped",  # queue full, failed write
             "spans_dropped_episode_limit",
             "late_spans",
             "spans_lost_writer_crash",
-            "spans_export_failed",
         ),
     ),
 )
