@@ -47,7 +47,14 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SHOWN_ERRORS = 5
 #: Counters of ``AgentTrace.stats()`` that are not losses or problems.
 _NOT_LOSSES = frozenset(
-    {"episodes_written", "statuses", "episodes_open", "spans_written", "spans_exported"}
+    {
+        "episodes_written",
+        "statuses",
+        "episodes_open",
+        "spans_written",
+        "spans_exported",
+        "spans_pending",
+    }
 )
 
 
