@@ -41,6 +41,7 @@ import uuid
 from pathlib import Path
 
 import gymnasium as gym
+from traced_loop import play_traced
 
 import agenttrace as at
 
@@ -91,10 +92,6 @@ class Messages(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def policy(obs) -> int:
-    return int(obs[2] + obs[3] > 0)
-
-
 def run(env, steps: int, out: Path, writer: str, endpoint: str | None, report: bool = False):
     """Configure, play ``steps``; (loop seconds, steps, episodes, runtime)."""
     for name in ENDPOINT_VARIABLES:
@@ -111,24 +108,7 @@ def run(env, steps: int, out: Path, writer: str, endpoint: str | None, report: b
     )
     gc.collect()
     started = time.perf_counter()
-    done_steps = episodes = 0
-    while done_steps < steps:
-        with at.episode(env=env):
-            with at.env_reset() as reset:
-                obs, _info = reset.record_result(env.reset(seed=episodes))
-            done = False
-            while not done:
-                with at.timestep():
-                    with at.agent_act() as act:
-                        action = policy(obs)
-                        act.record(observation=obs, action=action)
-                    with at.env_step() as step:
-                        obs, _reward, terminated, truncated, _info = step.record_result(
-                            env.step(action)
-                        )
-                done = terminated or truncated
-                done_steps += 1
-        episodes += 1
+    done_steps, episodes = play_traced(env, steps)
     seconds = time.perf_counter() - started
     return seconds, done_steps, episodes, runtime
 

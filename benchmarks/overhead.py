@@ -34,20 +34,18 @@ import uuid
 from pathlib import Path
 
 import gymnasium as gym
+from cartpole_plain import policy
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from rounds import parse_arguments
+from traced_loop import play_traced
 
 import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.sinks import load_trajectories
 from agenttrace.trajectory import codec
-
-
-def policy(obs) -> int:
-    return int(obs[2] + obs[3] > 0)
 
 
 def run_bare(env, steps: int) -> tuple[int, int]:
@@ -126,24 +124,7 @@ def run_agenttrace(
         meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None,
         metrics="auto" if metrics else "none",
     )
-    done_steps = episodes = 0
-    while done_steps < steps:
-        with at.episode(env=env):
-            with at.env_reset() as reset:
-                obs, _info = reset.record_result(env.reset(seed=episodes))
-            done = False
-            while not done:
-                with at.timestep():
-                    with at.agent_act() as act:
-                        action = policy(obs)
-                        act.record(observation=obs, action=action)
-                    with at.env_step() as step:
-                        obs, _reward, terminated, truncated, _info = step.record_result(
-                            env.step(action)
-                        )
-                done = terminated or truncated
-                done_steps += 1
-        episodes += 1
+    done_steps, episodes = play_traced(env, steps)
     runtime.force_flush()
     return done_steps, episodes, runtime
 

@@ -1,0 +1,34 @@
+"""The CartPole loop written with agenttrace's tracing API, shared by the benchmarks that run
+agenttrace's full pipeline (overhead.py, dead_endpoint.py): one episode span, a reset, and
+per step a timestep with an agent.act and an env.step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cartpole_plain import policy
+
+import agenttrace as at
+
+
+def play_traced(env: Any, steps: int) -> tuple[int, int]:
+    """Play whole episodes until at least ``steps`` steps; (steps played, episodes)."""
+    done_steps = episodes = 0
+    while done_steps < steps:
+        with at.episode(env=env):
+            with at.env_reset() as reset:
+                obs, _info = reset.record_result(env.reset(seed=episodes))
+            done = False
+            while not done:
+                with at.timestep():
+                    with at.agent_act() as act:
+                        action = policy(obs)
+                        act.record(observation=obs, action=action)
+                    with at.env_step() as step:
+                        obs, _reward, terminated, truncated, _info = step.record_result(
+                            env.step(action)
+                        )
+                done = terminated or truncated
+                done_steps += 1
+        episodes += 1
+    return done_steps, episodes
