@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_environ, run_script
+from conftest import clean_environ, exported, run_script
 
 from agenttrace.sinks import load_trajectories
 
@@ -199,3 +199,25 @@ def test_after_sigkill_every_episode_finished_a_second_earlier_is_written(tmp_pa
             break
         time.sleep(0.1)
     assert finished <= written, sorted(finished - written)
+
+
+@pytest.mark.parametrize("writer", ["process", "thread"])
+def test_after_sigkill_the_episode_in_progress_is_rebuilt_from_the_span_file(tmp_path, writer):
+    """An open episode's spans reach spans.jsonl within a second of ending, so after a
+    SIGKILL `agenttrace export` rebuilds it, incomplete, with the steps it had."""
+    process = start(tmp_path, AGENTTRACE_WRITER=writer)
+    time.sleep(2.5)  # past the one-second tick that streams open episodes' spans
+    process.kill()
+    process.communicate(timeout=60)
+    finished = set(finished_ids(tmp_path))
+    (run,) = (tmp_path / "runs").iterdir()
+    rebuilt: list = []
+    for _ in range(100):  # the helper process finishes what it was handed, then exits
+        rebuilt = exported(str(run / "spans*.jsonl"), tmp_path / f"rebuilt-{_}.jsonl")
+        if {t.episode_id for t in rebuilt} >= finished and len(rebuilt) > len(finished):
+            break
+        time.sleep(0.1)
+    (in_progress,) = [t for t in rebuilt if t.episode_id not in finished]
+    assert in_progress.status == "incomplete"
+    assert [s.action for s in in_progress.steps] == [0, 1]
+    assert [s.observation for s in in_progress.steps][1:] == [{"i": 0}]

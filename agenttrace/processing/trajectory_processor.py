@@ -24,10 +24,10 @@ import atexit
 import logging
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import baggage, trace
 from opentelemetry.context import Context
@@ -50,17 +50,25 @@ logger = logging.getLogger("agenttrace")
 
 class _Episode:
     __slots__ = (
+        "count",
         "dropped_spans",
+        "pending",
         "quiet_since",
-        "records",
         "root_span_id",
         "seen_count",
         "start_record",
+        "streamed",
     )
 
     def __init__(self, root_span_id: int) -> None:
         self.root_span_id = root_span_id  # 0 until the episode span itself is seen
-        self.records: list[SpanRecord] = []
+        # Records appended on the callers' threads; the writer thread takes them from the left
+        # (both ends of a deque are safe across threads without a lock).
+        self.pending: deque[SpanRecord] = deque()
+        # Records the writer thread took while the episode was open: their span lines are
+        # written already (the span file holds an open episode's spans within a second).
+        self.streamed: list[SpanRecord] = []
+        self.count = 0  # records kept (pending + streamed), for max_spans_per_episode
         # The episode span as it was at start: stands in for it if it never ends.
         self.start_record: SpanRecord | None = None
         self.dropped_spans = 0
@@ -124,13 +132,13 @@ class TrajectoryProcessor(SpanProcessor):
         self._warned: set[str] = set()
         self._worker = BackgroundWorker(
             "agenttrace-trajectory-writer",
-            writer.write,
+            self._write_batch,
             max_queue=queue_size,
             max_batch=64,
             block_timeout=block_timeout,
             interval=check_interval,
-            on_flush=writer.flush,
-            on_idle=self._expire_idle,
+            on_flush=self._on_flush,
+            on_idle=self._on_tick,
             wake_weight=_WAKE_AFTER_SPANS,
         )
         if shutdown_at_exit:
@@ -179,13 +187,14 @@ class TrajectoryProcessor(SpanProcessor):
                     if self._keeps_all_spans:
                         self._put_spans([record])
                     return
-            if len(episode.records) >= self._max_spans and not is_root:
+            if episode.count >= self._max_spans and not is_root:
                 episode.dropped_spans += 1
                 self._count("spans_dropped_episode_limit")
                 if self._keeps_all_spans:
                     self._put_spans([record])
                 return
-            episode.records.append(record)
+            episode.pending.append(record)
+            episode.count += 1
             if is_root and record.span_id in (episode.root_span_id, 0):
                 self._finish(episode_id)
         except Exception:
@@ -236,26 +245,61 @@ class TrajectoryProcessor(SpanProcessor):
                 self._written.popitem(last=False)
         if expired:
             self._count("episodes_expired_idle")
-        finished = FinishedEpisode(
-            episode_id,
-            episode.records,
-            episode.start_record,
-            episode.root_span_id,
-            episode.dropped_spans,
-        )
-        if not self._worker.put(finished, len(finished.records)):
+        if not self._worker.put(_Ended(episode_id, episode), episode.count):
             self._count("episodes_dropped_queue_full")
         elif self._flush_each_episode and not expired:
             self._worker.flush(self._block_timeout)
 
     # --- writer thread ---------------------------------------------------------------------
 
+    def _write_batch(self, items: list[Any]) -> None:
+        self.writer.write([self._finished(i) if type(i) is _Ended else i for i in items])
+
+    def _finished(self, ended: _Ended) -> FinishedEpisode:
+        """An ended episode with every record it got; the streamed ones' lines are written."""
+        episode = ended.episode
+        streamed = episode.streamed
+        records = streamed + _take(episode.pending)
+        return FinishedEpisode(
+            ended.episode_id,
+            records,
+            episode.start_record,
+            episode.root_span_id,
+            episode.dropped_spans,
+            spans_written=len(streamed),
+        )
+
+    def _stream_open_spans(self) -> None:
+        """Write the span lines of open episodes' new records now (kept for their rebuild),
+        so the span file holds an open episode's spans within a tick: after a crash the
+        episode can still be rebuilt offline, as incomplete."""
+        if not self._keeps_all_spans:
+            return
+        with self._lock:
+            episodes = list(self._open.values())
+        chunk: list[SpanRecord] = []
+        for episode in episodes:
+            taken = _take(episode.pending)
+            if taken:
+                episode.streamed.extend(taken)
+                chunk.extend(taken)
+        if chunk:
+            self.writer.write([chunk])
+
+    def _on_tick(self) -> None:
+        self._stream_open_spans()
+        self._expire_idle()
+
+    def _on_flush(self) -> None:
+        self._stream_open_spans()
+        self.writer.flush()
+
     def _expire_idle(self) -> None:
         now = time.monotonic()
         idle = []
         with self._lock:
             for episode_id, episode in self._open.items():
-                count = len(episode.records) + episode.dropped_spans
+                count = episode.count + episode.dropped_spans
                 if count != episode.seen_count:
                     episode.seen_count, episode.quiet_since = count, now
                 elif now - episode.quiet_since >= self._idle_timeout:
@@ -353,6 +397,19 @@ class TrajectoryProcessor(SpanProcessor):
         if "internal:" + where not in self._warned:
             self._warned.add("internal:" + where)
             logger.exception("agenttrace: internal error in %s; your program goes on", where)
+
+
+class _Ended(NamedTuple):
+    """An episode span ended (or the episode was given up on): rebuilt on the writer thread,
+    which alone takes records from the episode once it is queued."""
+
+    episode_id: str
+    episode: _Episode
+
+
+def _take(pending: deque[SpanRecord]) -> list[SpanRecord]:
+    """The records in ``pending`` now, taken from the left (callers may append meanwhile)."""
+    return [pending.popleft() for _ in range(len(pending))]
 
 
 #: The writer thread starts on the queue once this many spans wait, so the writer keeps pace

@@ -43,6 +43,8 @@ class FinishedEpisode(NamedTuple):
     start_record: SpanRecord | None
     root_span_id: int
     dropped_spans: int
+    # The first records whose span lines were written while the episode was open.
+    spans_written: int = 0
 
 
 class SinkSpec(NamedTuple):
@@ -197,7 +199,7 @@ class EpisodeWriter:
     def _write_episode(self, episode: FinishedEpisode, spans: bool = True) -> None:
         records = episode.records
         if spans:
-            self._write_spans(records)
+            self._write_spans(records[episode.spans_written :])
         try:
             if episode.start_record is not None and not any(
                 r.span_id == episode.root_span_id for r in reversed(records)

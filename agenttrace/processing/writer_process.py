@@ -124,7 +124,7 @@ def _to_wire(items: list[FinishedEpisode | list[SpanRecord]]) -> list[Any]:
         if type(item) is list:
             wire.append([_record_to_wire(r) for r in item])
         else:
-            episode_id, records, start, root_span_id, dropped = item  # type: ignore[misc]
+            episode_id, records, start, root_span_id, dropped, spans_written = item  # type: ignore[misc]
             wire.append(
                 (
                     episode_id,
@@ -132,6 +132,7 @@ def _to_wire(items: list[FinishedEpisode | list[SpanRecord]]) -> list[Any]:
                     None if start is None else _record_to_wire(start),
                     root_span_id,
                     dropped,
+                    spans_written,
                 )
             )
     return wire
@@ -143,7 +144,7 @@ def _from_wire(wire: list[Any]) -> list[FinishedEpisode | list[SpanRecord]]:
         if type(item) is list:
             items.append([_record_from_wire(r) for r in item])
         else:
-            episode_id, records, start, root_span_id, dropped = item
+            episode_id, records, start, root_span_id, dropped, spans_written = item
             items.append(
                 FinishedEpisode(
                     episode_id,
@@ -151,6 +152,7 @@ def _from_wire(wire: list[Any]) -> list[FinishedEpisode | list[SpanRecord]]:
                     None if start is None else _record_from_wire(start),
                     root_span_id,
                     dropped,
+                    spans_written,
                 )
             )
     return items
@@ -329,9 +331,11 @@ class _Sent:
         self.item: FinishedEpisode | list[SpanRecord] | None = item  # None once let go
         if isinstance(item, FinishedEpisode):
             records, self.episode_id = item.records, item.episode_id
+            self.size = len(records)
+            records = records[item.spans_written :]  # the others' lines were written earlier
         else:
             records, self.episode_id = item, None
-        self.size = len(records)
+            self.size = len(records)
         self.sampled = 0
         self.key: tuple[int, int] | None = None  # its first span in the span file
         if writes_spans:
