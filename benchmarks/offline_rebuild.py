@@ -34,7 +34,7 @@ def record_run(folder: Path) -> Path:
 
     import agenttrace as at
 
-    pipeline = at.configure(out=str(folder), run_name="seed-run", sinks=())
+    pipeline = at.configure(out=str(folder), run_name="seed-run", sinks=(), exit_report=False)
     env = gym.make("CartPole-v1")
     for seed in range(_EPISODES_PER_RUN):
         with at.episode(task_id="cartpole", env=env):

@@ -123,6 +123,7 @@ def run_agenttrace(
         writer=writer,
         meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None,
         metrics="auto" if metrics else "none",
+        exit_report=False,  # each round's pipeline; the benchmark reports itself
     )
     done_steps, episodes = play_traced(env, steps)
     runtime.force_flush()
