@@ -119,7 +119,11 @@ def traced_run(
 ) -> tuple[int, int, at.AgentTrace]:
     """``loop`` under a fresh pipeline; returns after the final flush (background work)."""
     runtime = at.configure(
-        out=str(out), run_name=uuid.uuid4().hex, sinks=["jsonl"], spans=["file"], writer=writer
+        out=str(out),
+        run_name=uuid.uuid4().hex,
+        sinks=["jsonl"],
+        spans=["file"],
+        writer=writer,
         exit_report=False,  # each round's pipeline; the benchmark reports itself
     )
     done_steps, episodes = loop(env, steps)
