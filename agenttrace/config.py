@@ -281,6 +281,15 @@ SETTINGS: tuple[Setting, ...] = (
         PROPAGATE_CHOICES,
     ),
     Setting(
+        "flush_interval",
+        "AGENTTRACE_FLUSH_INTERVAL",
+        _positive(float),
+        1.0,
+        "Longest time, in seconds, between hand-overs to the writer: finished episodes and the "
+        "spans of open episodes reach the files within about this long, which bounds what a "
+        "crash (SIGKILL) can lose (docs/durability.md).",
+    ),
+    Setting(
         "exit_timeout",
         "AGENTTRACE_EXIT_TIMEOUT",
         _positive(float),
@@ -348,6 +357,7 @@ class Settings:
     targets: str | None
     targets_file: str | None
     propagate: tuple[str, ...] | None
+    flush_interval: float
     exit_timeout: float
     exit_report: bool
     warn_uncalled_targets: bool

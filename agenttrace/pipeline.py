@@ -121,6 +121,7 @@ class AgentTrace:
             idle_timeout=settings.idle_timeout,
             queue_size=settings.queue_size,
             block_timeout=settings.block_timeout,
+            check_interval=settings.flush_interval,
             flush_each_episode=in_ray_worker,
             foreign_spans=ForeignSpanPolicy(
                 capture_content=self.capture_content, redact=self.redact

@@ -201,12 +201,17 @@ def test_after_sigkill_every_episode_finished_a_second_earlier_is_written(tmp_pa
     assert finished <= written, sorted(finished - written)
 
 
-@pytest.mark.parametrize("writer", ["process", "thread"])
-def test_after_sigkill_the_episode_in_progress_is_rebuilt_from_the_span_file(tmp_path, writer):
-    """An open episode's spans reach spans.jsonl within a second of ending, so after a
-    SIGKILL `agenttrace export` rebuilds it, incomplete, with the steps it had."""
-    process = start(tmp_path, AGENTTRACE_WRITER=writer)
-    time.sleep(2.5)  # past the one-second tick that streams open episodes' spans
+@pytest.mark.parametrize(
+    ("writer", "interval", "wait"),
+    [("process", "1", 2.5), ("thread", "1", 2.5), ("auto", "0.2", 1.0)],
+)
+def test_after_sigkill_the_episode_in_progress_is_rebuilt_from_the_span_file(
+    tmp_path, writer, interval, wait
+):
+    """An open episode's spans reach spans.jsonl within the flush interval of ending, so
+    after a SIGKILL `agenttrace export` rebuilds it, incomplete, with the steps it had."""
+    process = start(tmp_path, AGENTTRACE_WRITER=writer, AGENTTRACE_FLUSH_INTERVAL=interval)
+    time.sleep(wait)  # past the tick (AGENTTRACE_FLUSH_INTERVAL) that streams open episodes
     process.kill()
     process.communicate(timeout=60)
     finished = set(finished_ids(tmp_path))
