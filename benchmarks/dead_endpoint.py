@@ -30,12 +30,10 @@ import gc
 import json
 import logging
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -43,42 +41,13 @@ from pathlib import Path
 import gymnasium as gym
 from traced_loop import play_traced
 
+# The test suite's black-hole server (tests/backend_servers.py), started here on 127.0.0.1.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from backend_servers import BlackHole
+
 import agenttrace as at
 
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-
-
-class BlackHole:
-    """Accepts TCP connections on 127.0.0.1 and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.sock.settimeout(0.1)
-        self.connections: list[socket.socket] = []
-        self._stopping = False
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._stopping:
-            try:
-                connection, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.connections.append(connection)
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._thread.join(5)
-        for connection in self.connections:
-            connection.close()
-        self.sock.close()
 
 
 class Messages(logging.Handler):

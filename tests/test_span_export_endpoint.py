@@ -5,53 +5,17 @@ ends up counted as exported or not exported (with a reason)."""
 from __future__ import annotations
 
 import logging
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from backend_servers import OtlpReceiver
+from backend_servers import BlackHole, OtlpReceiver
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import agenttrace as at
-
-
-class BlackHole:
-    """A TCP server on 127.0.0.1 that accepts connections and never answers (a hung
-    collector, a firewall that swallows packets after the handshake)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.sock.settimeout(0.1)
-        self.connections: list[socket.socket] = []
-        self._stopping = False
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        while not self._stopping:
-            try:
-                connection, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.connections.append(connection)  # kept open, never read, never answered
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._thread.join(5)
-        for connection in self.connections:
-            connection.close()
-        self.sock.close()
 
 
 class FlakyReceiver(OtlpReceiver):
