@@ -14,12 +14,11 @@ warns about are run too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fresh_venv import Venv, venv_for
-from test_openai_genai import ChatServer
+from test_openai_genai import ChatServer, serve_chat
 
 import agenttrace as at
 from agenttrace.sinks import load_trajectories
@@ -63,16 +62,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     return venv_for(OPENAI_EXTRA, tmp_path_factory)
 
 
-@pytest.fixture
-def server() -> Iterator[ChatServer]:
-    chat = ChatServer()
-    chat.thread.start()
-    try:
-        yield chat
-    finally:
-        chat.httpd.shutdown()
-        chat.httpd.server_close()
-        chat.thread.join(timeout=10)
+server = pytest.fixture(serve_chat, name="server")
 
 
 def run_episode(

@@ -157,8 +157,8 @@ class ChatServer:
         return chunks
 
 
-@pytest.fixture
-def server() -> Iterator[ChatServer]:
+def serve_chat() -> Iterator[ChatServer]:
+    """A ChatServer on 127.0.0.1 for the duration of a test (a fixture's body)."""
     chat = ChatServer()
     chat.thread.start()
     try:
@@ -167,6 +167,9 @@ def server() -> Iterator[ChatServer]:
         chat.httpd.shutdown()
         chat.httpd.server_close()
         chat.thread.join(timeout=10)
+
+
+server = pytest.fixture(serve_chat, name="server")
 
 
 @pytest.fixture
