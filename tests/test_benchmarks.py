@@ -48,3 +48,14 @@ def test_auto_overhead_benchmark_traces_like_the_hand_written_loop() -> None:
             rf"\d+\.\d\d-\d+\.\d\d\)",
             out,
         )
+
+
+def test_long_episode_benchmark_compares_live_and_offline() -> None:
+    out = run("long_episode.py", "--steps", "50", "200")
+    for steps in ("50", "200"):
+        assert re.search(
+            rf"^{steps} +completed {steps} +completed {steps} +True +traced process \d+, "
+            r"writer helper \d+, export \d+$",
+            out,
+            re.M,
+        ), out
