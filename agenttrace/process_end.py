@@ -109,10 +109,6 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def sigterm_handler_installed() -> bool:
-    return _sigterm_installed and signal.getsignal(signal.SIGTERM) is _on_sigterm
-
-
 # --- multiprocessing workers -----------------------------------------------------------------
 
 #: multiprocessing's finalizers run highest priority first; ours before its own clean-ups.
