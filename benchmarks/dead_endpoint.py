@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging
 import os
 import statistics
@@ -39,7 +38,7 @@ import uuid
 from pathlib import Path
 
 import gymnasium as gym
-from traced_loop import play_traced
+from traced_loop import count_spans, play_traced
 
 # The test suite's black-hole server (tests/backend_servers.py), started here on 127.0.0.1.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -80,17 +79,6 @@ def run(env, steps: int, out: Path, writer: str, endpoint: str | None, report: b
     done_steps, episodes = play_traced(env, steps)
     seconds = time.perf_counter() - started
     return seconds, done_steps, episodes, runtime
-
-
-def count_spans(paths: list[Path]) -> int:
-    total = 0
-    for path in paths:
-        with open(path) as handle:
-            for line in handle:
-                for resource in json.loads(line)["resourceSpans"]:
-                    for scope in resource["scopeSpans"]:
-                        total += len(scope["spans"])
-    return total
 
 
 def child(endpoint: str, steps: int, out: str, writer: str) -> None:

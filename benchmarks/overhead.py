@@ -26,7 +26,6 @@ agenttrace / raw SDK <= 1.3 and nothing lost. Run::
 from __future__ import annotations
 
 import gc
-import json
 import statistics
 import tempfile
 import time
@@ -40,7 +39,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from rounds import parse_arguments
-from traced_loop import play_traced
+from traced_loop import count_spans, play_traced
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -128,17 +127,6 @@ def run_agenttrace(
     done_steps, episodes = play_traced(env, steps)
     runtime.force_flush()
     return done_steps, episodes, runtime
-
-
-def count_spans(paths: list[Path]) -> int:
-    total = 0
-    for path in paths:
-        with open(path) as handle:
-            for line in handle:
-                for resource in json.loads(line)["resourceSpans"]:
-                    for scope in resource["scopeSpans"]:
-                        total += len(scope["spans"])
-    return total
 
 
 def measure(fn, *args) -> tuple[float, tuple]:

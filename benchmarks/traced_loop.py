@@ -1,9 +1,11 @@
 """The CartPole loop written with agenttrace's tracing API, shared by the benchmarks that run
 agenttrace's full pipeline (overhead.py, dead_endpoint.py): one episode span, a reset, and
-per step a timestep with an agent.act and an env.step."""
+per step a timestep with an agent.act and an env.step; and counting the spans it wrote."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from cartpole_plain import policy
@@ -32,3 +34,15 @@ def play_traced(env: Any, steps: int) -> tuple[int, int]:
                 done_steps += 1
         episodes += 1
     return done_steps, episodes
+
+
+def count_spans(paths: list[Path]) -> int:
+    """Spans in OTLP/JSON span files (the run folder's spans*.jsonl)."""
+    total = 0
+    for path in paths:
+        with open(path) as handle:
+            for line in handle:
+                for resource in json.loads(line)["resourceSpans"]:
+                    for scope in resource["scopeSpans"]:
+                        total += len(scope["spans"])
+    return total
