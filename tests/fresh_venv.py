@@ -33,6 +33,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+#: The two runs of an example test: in this interpreter, and as its README says in a fresh venv
+#: (slow: an install). ``@pytest.fixture(params=HERE_AND_README)``.
+HERE_AND_README = [
+    "here",
+    pytest.param("readme", marks=[pytest.mark.slow, pytest.mark.timeout(900)]),
+]
 INSTALL_TIMEOUT = 900.0  # seconds; an install from a warm pip cache takes 20-60
 
 #: Variables of the caller that would leak its interpreter, its packages or its settings into

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from conftest import assert_same_episodes, exported
-from fresh_venv import run_readme
+from fresh_venv import HERE_AND_README, run_readme
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -72,7 +72,7 @@ def readme_environment(out: Path) -> dict[str, str]:
 
 @pytest.fixture(
     scope="module",
-    params=["here", pytest.param("readme", marks=[pytest.mark.slow, pytest.mark.timeout(900)])],
+    params=HERE_AND_README,
 )
 def run(request, tmp_path_factory) -> Run:
     if request.param == "readme":

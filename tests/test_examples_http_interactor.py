@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from conftest import assert_same_episodes, exported
-from fresh_venv import run_readme
+from fresh_venv import HERE_AND_README, run_readme
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -110,7 +110,7 @@ def read_rows(db: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[
 
 @pytest.fixture(
     scope="module",
-    params=["here", pytest.param("readme", marks=[pytest.mark.slow, pytest.mark.timeout(900)])],
+    params=HERE_AND_README,
 )
 def example_run(request, tmp_path_factory: pytest.TempPathFactory) -> ExampleRun:
     if request.param == "readme":
