@@ -129,9 +129,11 @@ def test_a_helper_that_dies_after_a_flush_loses_nothing(tmp_path, caplog) -> Non
     assert len(list(read_otlp_json(runtime.span_paths))) == 20 * 7
 
 
-def test_a_helper_killed_mid_run_loses_nothing_it_was_sent(tmp_path, caplog) -> None:
+def run_with_the_helper_killed_mid_run(tmp_path, caplog) -> at.AgentTrace:
+    """20 episodes to a stopped helper (it takes what fits in the pipe and writes nothing),
+    the helper killed, 5 more episodes, shutdown; the pipeline, for its stats and files."""
     runtime = at.configure(out=str(tmp_path), run_name="midrun", sinks=["jsonl"])
-    helper_process().send_signal(signal.SIGSTOP)  # takes what fits in the pipe, writes nothing
+    helper_process().send_signal(signal.SIGSTOP)
     try:
         run_episodes(20)
         assert not runtime.force_flush(timeout_millis=1500)  # cannot finish: it is stopped
@@ -140,6 +142,11 @@ def test_a_helper_killed_mid_run_loses_nothing_it_was_sent(tmp_path, caplog) -> 
     with caplog.at_level(logging.ERROR, logger="agenttrace"):
         run_episodes(5, first=20)
         runtime.shutdown()
+    return runtime
+
+
+def test_a_helper_killed_mid_run_loses_nothing_it_was_sent(tmp_path, caplog) -> None:
+    runtime = run_with_the_helper_killed_mid_run(tmp_path, caplog)
     stats = runtime.stats()
     written = sorted(int(t.task_id) for t in load_trajectories(runtime.trajectory_paths))
     assert written == list(range(25))  # what it was sent and never wrote is written here
@@ -153,16 +160,7 @@ def test_a_helper_killed_mid_run_counts_what_it_did_not_confirm(
     tmp_path, caplog, monkeypatch
 ) -> None:
     monkeypatch.setattr(writer_process, "MAX_RETAINED_SPANS", 0)  # keep no records to write
-    runtime = at.configure(out=str(tmp_path), run_name="midrun", sinks=["jsonl"])
-    helper_process().send_signal(signal.SIGSTOP)
-    try:
-        run_episodes(20)
-        assert not runtime.force_flush(timeout_millis=1500)
-    finally:
-        kill_helper()
-    with caplog.at_level(logging.ERROR, logger="agenttrace"):
-        run_episodes(5, first=20)
-        runtime.shutdown()
+    runtime = run_with_the_helper_killed_mid_run(tmp_path, caplog)
     stats = runtime.stats()
     written = sorted(int(t.task_id) for t in load_trajectories(runtime.trajectory_paths))
     lost = stats["episodes_lost_writer_crash"]
