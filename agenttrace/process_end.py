@@ -32,6 +32,7 @@ logger = logging.getLogger("agenttrace")
 
 class _Ending(Protocol):
     _pid: int
+    settings: Any  # config.Settings (its exit_timeout)
 
     def _at_exit(self) -> None: ...
 
@@ -71,7 +72,7 @@ def end_all() -> None:
 def _flush_all() -> None:
     for pipeline in _ours():
         try:
-            pipeline.force_flush(int(pipeline.settings.exit_timeout * 1000))  # type: ignore[attr-defined]
+            pipeline.force_flush(int(pipeline.settings.exit_timeout * 1000))
         except Exception:
             logger.debug("agenttrace: flushing a pipeline failed", exc_info=True)
 
