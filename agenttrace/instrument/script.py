@@ -192,14 +192,14 @@ class ScriptBinder:
         self._bind_defined(main)
         if not self._pending:
             return
-        frame = _main_frame(main)
         self._previous = sys.gettrace()
         self._tracing = True
-        if frame is not None:  # instrument() called from the running script
+        # Before the script starts (opentelemetry-instrument's sitecustomize), _on_call finds
+        # its frame; called from the running script, that frame is traced from here on.
+        frame = _main_frame(main)
+        if frame is not None:
             frame.f_trace = self._on_line
-            sys.settrace(self._on_call)
-        else:  # before the script starts (opentelemetry-instrument's sitecustomize)
-            sys.settrace(self._on_call)
+        sys.settrace(self._on_call)
 
     def stop(self) -> None:
         if self._tracing:
