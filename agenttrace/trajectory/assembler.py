@@ -21,7 +21,8 @@ How a step is put together (docs/trajectory-format.md has the full rules):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agenttrace import semconv as sc
@@ -30,6 +31,7 @@ from agenttrace.trajectory.codec import RawJSON, as_raw_json, is_json
 from agenttrace.trajectory.lossy import lossy_fields
 from agenttrace.trajectory.model import EpisodeError, Step, Trajectory, decoded_content
 from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.spill import SpilledSteps
 
 _STEP_ROLES = (sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP)
 # Episode-span attributes that become top-level trajectory fields instead of `attributes`.
@@ -57,14 +59,332 @@ def build_trajectory(
     processor passes agenttrace's own scope, whose text its encoder wrote); all other text is
     parsed once, and text that is not JSON is kept as a plain string.
     """
-    trusted = trusted_scope
     if not records:
         raise ValueError("build_trajectory needs at least one span record")
+    assembly = EpisodeAssembly(episode_id, trusted_scope=trusted_scope)
+    assembly.add(records)
+    return assembly.trajectory()
 
-    # One pass: the episode span (the outermost, see _episode_span), step parts, reset, GenAI.
+
+class EpisodeAssembly:
+    """One episode's span records on their way to its trajectory, added in any number of batches.
+
+    With ``max_bytes``, an episode whose retained records pass that size is rebuilt a stretch
+    at a time: the steps before the last two seen are finished, written to disk
+    (:class:`~agenttrace.trajectory.spill.SpilledSteps`) and their records let go, so a
+    million-step episode costs a bounded amount of memory. Spans end in order in a live run
+    and are stored in that order, so those steps already have every span they will get; a
+    record that still comes for a finished step is left out and counted (``late``). Without
+    ``max_bytes`` (and below it) the result is exactly the one-shot rebuild.
+    """
+
+    def __init__(
+        self,
+        episode_id: str | None = None,
+        *,
+        trusted_scope: str | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
+        self.episode_id = episode_id
+        self._trusted = trusted_scope
+        self._max_bytes = max_bytes
+        self._settle_at = max_bytes
+        self.records: list[SpanRecord] = []  # retained: not yet part of a finished step
+        self.retained_bytes = 0
+        self.late = 0  # records of steps already finished and on disk (left out)
+        self._first: SpanRecord | None = None
+        self._episode_span: SpanRecord | None = None
+        self._reset_span: SpanRecord | None = None
+        self._episode_span_ids: set[int] = set()
+        self._start: int | None = None
+        self._end: int | None = None
+        self._seen = _IndexSet()
+        self._settled_upto = -1  # steps up to this index are finished (in _spilled)
+        self._spilled: SpilledSteps | None = None
+        self._returned: Any = _MISSING  # what the last finished step returned (reset's: missing)
+        self._previous_index = -1
+        self._settled_return = 0.0
+        self._last_settled: Step | None = None
+        self._lossy: dict[str, str] = {}
+
+    @property
+    def steps_seen(self) -> int:
+        return len(self._seen)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the episode span has ended."""
+        span = self._episode_span
+        return span is not None and span.end_time is not None
+
+    @property
+    def length(self) -> int | None:
+        """The length the ended episode span says, if it says one."""
+        span = self._episode_span
+        length = span.attributes.get(sc.EPISODE_LENGTH) if span is not None else None
+        return length if type(length) is int else None
+
+    def has_span(self, span_id: int) -> bool:
+        """Whether an ``episode`` span with this id was added."""
+        return span_id in self._episode_span_ids
+
+    def has_steps(self, length: int) -> bool:
+        """Whether every step ``0 .. length-1`` has a span."""
+        return self._seen.covers(length)
+
+    def add(self, records: Iterable[SpanRecord]) -> None:
+        step_roles = _STEP_ROLES
+        index_key = sc.TIMESTEP_INDEX
+        retained = self.records
+        size = self.retained_bytes
+        for record in records:
+            name = record.name
+            if name in step_roles:
+                index = record.attributes.get(index_key)
+                if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+                    if index <= self._settled_upto:
+                        self.late += 1
+                        continue
+                    self._seen.add(index)
+            elif name == sc.ENV_RESET:
+                reset = self._reset_span
+                if reset is None or record.start_time >= reset.start_time:
+                    self._reset_span = record
+            elif name == sc.EPISODE:
+                self._episode_span_ids.add(record.span_id)
+                span = self._episode_span
+                if span is None or record.start_time < span.start_time:
+                    self._episode_span = record
+            if self._first is None:
+                self._first = record
+            if self._start is None or record.start_time < self._start:
+                self._start = record.start_time
+            end = record.end_time
+            if end is not None and (self._end is None or end > self._end):
+                self._end = end
+            retained.append(record)
+            size += _retained_size(record)
+        self.retained_bytes = size
+        if self._settle_at is not None and size > self._settle_at:
+            self.settle()
+
+    def settle(self) -> int:
+        """Finish the older half of the steps held and let their records go.
+
+        The newer half stays: spans of a step can come a little after the next steps' (a
+        storage that groups each batch by instrumentation scope writes other libraries' spans
+        after agenttrace's). Returns how many steps were finished.
+        """
+        settled, highest = self._settled_upto, self._seen.highest
+        upto = min(settled + max(1, (highest - settled) // 2), highest - 2)
+        if upto <= settled:
+            self._settle_at = max(self._max_bytes or 0, 2 * self.retained_bytes)
+            return 0
+        records = self.records
+        parts, genai_records = _parts_of(records)
+        early = {i: roles for i, roles in parts.items() if i <= upto}
+        later = {i: roles for i, roles in parts.items() if i > upto}
+        steps, returned = self._build(early, self._returned, self._previous_index)
+        previous = steps[-1].index if steps else self._previous_index
+        later_steps, _ = self._build(later, returned, previous)
+        genai_records = self._in_time(genai_records, [*steps, *later_steps])
+        by_span_id = {record.span_id: record for record in records}
+        placed = _attach_genai_calls(
+            [*steps, *later_steps], genai_records, by_span_id, self._trusted
+        )
+        first_later = min((s.start_time or 0 for s in later_steps), default=None)
+        step_of = _step_finder(records)
+        kept: list[SpanRecord] = []
+        let_go: list[SpanRecord] = []
+        for record in records:
+            index = placed.get(record.span_id, _MISSING)
+            if index is _MISSING:
+                index = step_of(record)
+            if index is None:  # under no step: goes with the steps that started after it
+                done = first_later is None or record.start_time < first_later
+            else:
+                done = index <= upto
+            if record.name == sc.EPISODE or record is self._reset_span:
+                done = False  # kept to the end: the episode's own fields come from them
+            (let_go if done else kept).append(record)
+        self.late += sum(1 for index in placed.values() if index <= settled)
+        if self._trusted is None and steps:
+            part = Trajectory(episode_id="", steps=steps)
+            for path, reason in lossy_fields(let_go, part, step_of).items():
+                self._lossy.setdefault(path, reason)
+        if self._spilled is None:
+            self._spilled = SpilledSteps()
+        self._spilled.extend(steps)
+        self._settled_return += sum(s.reward for s in steps if s.reward is not None)
+        if steps:
+            self._last_settled = steps[-1]
+        self._returned, self._previous_index = returned, previous
+        self._settled_upto = upto
+        self.records = kept
+        self.retained_bytes = size = sum(_retained_size(record) for record in kept)
+        limit = self._max_bytes or 0
+        # (a window that would not shrink, one huge step say, is not settled again at once)
+        self._settle_at = limit if size <= limit * 3 // 4 else 2 * size
+        return len(steps)
+
+    def _in_time(self, genai_records: list[SpanRecord], steps: list[Step]) -> list[SpanRecord]:
+        """The GenAI records that started after the last finished step; the others belong to
+        finished steps (a call under no step span goes to the next step to start), so they are
+        left out and counted."""
+        last = self._last_settled
+        if last is None or not steps:
+            return genai_records
+        last_start = last.start_time or 0
+        kept = [record for record in genai_records if record.start_time > last_start]
+        self.late += len(genai_records) - len(kept)
+        return kept
+
+    def _build(
+        self, parts: Mapping[int, Mapping[str, SpanRecord]], returned: Any, previous: int
+    ) -> tuple[list[Step], Any]:
+        if returned is _MISSING:
+            reset = self._reset_span
+            returned = _content(reset, sc.OBSERVATION, None, self._trusted) if reset else None
+        return _build_steps(parts, returned, previous, self._trusted)
+
+    def trajectory(self) -> Trajectory:
+        """The trajectory of everything added (the records are not needed after this)."""
+        if self._first is None:
+            raise ValueError("an episode needs at least one span record")
+        trusted = self._trusted
+        records = self.records
+        parts, genai_records = _parts_of(records)
+        steps, final_observation = self._build(parts, self._returned, self._previous_index)
+        if genai_records and steps:
+            genai_records = self._in_time(genai_records, steps)
+            by_span_id = {record.span_id: record for record in records}
+            placed = _attach_genai_calls(steps, genai_records, by_span_id, trusted)
+            if self._spilled is not None:
+                self.late += sum(1 for index in placed.values() if index <= self._settled_upto)
+        episode_span = self._episode_span
+        first = self._first
+        episode_id = self.episode_id
+        if episode_id is None:
+            episode_id = episode_id_of(episode_span or first) or format(first.trace_id, "032x")
+
+        attrs = episode_span.attributes if episode_span is not None else {}
+        length = attrs.get(sc.EPISODE_LENGTH)
+        expected = length if isinstance(length, int) else self._seen.highest + 1
+        missing = self._seen.missing_below(expected)
+        last = steps[-1] if steps else self._last_settled
+
+        status = attrs.get(sc.EPISODE_STATUS)
+        if status is None and episode_span is not None and episode_span.end_time is not None:
+            status = _derived_status(episode_span, last)
+        ended = episode_span is not None and episode_span.end_time is not None
+        attributes = {k: _plain(v) for k, v in attrs.items() if k not in _LIFTED}
+        if not ended or missing:
+            if status is not None:
+                attributes[sc.EPISODE_STATUS] = status
+            status = sc.STATUS_INCOMPLETE
+
+        episode_return = attrs.get(sc.EPISODE_RETURN)
+        if not isinstance(episode_return, (int, float)) or isinstance(episode_return, bool):
+            episode_return = self._settled_return + float(
+                sum(s.reward for s in steps if s.reward is not None)
+            )
+        task_id = attrs.get(sc.TASK_ID)
+
+        start = episode_span.start_time if episode_span else self._start
+        end = episode_span.end_time if ended else self._end  # type: ignore[union-attr]
+
+        all_steps: list[Step] | SpilledSteps = steps
+        if self._spilled is not None:
+            self._spilled.extend(steps)
+            all_steps = self._spilled
+        reset_span = self._reset_span
+        trajectory = Trajectory(
+            episode_id=episode_id,
+            trace_id=format((episode_span or first).trace_id, "032x"),
+            task_id=None if task_id is None else str(task_id),
+            status=status,
+            error=_episode_error(episode_span),
+            start_time=start,
+            end_time=end,
+            return_=float(episode_return),
+            length=length if isinstance(length, int) else expected,
+            attributes=attributes,
+            steps=all_steps,  # type: ignore[arg-type]
+            final_observation=final_observation,
+            reset_info=_content(reset_span, sc.INFO, None, trusted) if reset_span else None,
+            missing_steps=missing,
+        )
+        if trusted is None:  # rebuilt from storage: say what it could not give back whole
+            lossy = dict(self._lossy)
+            if records:
+                part = trajectory
+                if self._spilled is not None:  # (the spilled steps were checked already)
+                    part = dataclasses.replace(trajectory, steps=steps)
+                for path, reason in lossy_fields(records, part, _step_finder(records)).items():
+                    lossy.setdefault(path, reason)
+            trajectory.lossy = lossy
+        return trajectory
+
+
+class _IndexSet:
+    """Step indices seen: a bitmap for the dense ones, a set for any far beyond them."""
+
+    __slots__ = ("_bits", "_count", "_far", "highest")
+
+    def __init__(self) -> None:
+        self._bits = bytearray()
+        self._far: set[int] = set()
+        self._count = 0
+        self.highest = -1
+
+    def add(self, index: int) -> None:
+        bits = self._bits
+        if index < len(bits):
+            if not bits[index]:
+                bits[index] = 1
+                self._count += 1
+        elif index < 2 * len(bits) + 4096:  # dense: grow the bitmap
+            bits.extend(bytes(max(index + 1 - len(bits), len(bits))))
+            bits[index] = 1
+            self._count += 1
+        elif index not in self._far:
+            self._far.add(index)
+            self._count += 1
+        if index > self.highest:
+            self.highest = index
+
+    def __contains__(self, index: int) -> bool:
+        bits = self._bits
+        return bits[index] == 1 if index < len(bits) else index in self._far
+
+    def __len__(self) -> int:
+        return self._count
+
+    def covers(self, length: int) -> bool:
+        """Whether every index ``0 .. length-1`` is in the set."""
+        if self._count < length:
+            return False
+        return all(index in self for index in range(length))
+
+    def missing_below(self, length: int) -> list[int]:
+        return [index for index in range(length) if index not in self]
+
+
+def _retained_size(record: SpanRecord) -> int:
+    """Rough bytes a record holds in memory: a fixed cost plus its attribute text."""
+    attributes = record.attributes
+    size = 400 + 90 * len(attributes)
+    for value in attributes.values():
+        if type(value) is str:
+            size += len(value)
+    return size
+
+
+def _parts_of(
+    records: Sequence[SpanRecord],
+) -> tuple[dict[int, dict[str, SpanRecord]], list[SpanRecord]]:
+    """The step spans by index and role, and the GenAI spans (one pass)."""
     parts: dict[int, dict[str, SpanRecord]] = {}
-    episode_span: SpanRecord | None = None
-    reset_span: SpanRecord | None = None
     genai_records: list[SpanRecord] = []
     step_roles = _STEP_ROLES
     index_key = sc.TIMESTEP_INDEX
@@ -80,73 +400,9 @@ def build_trajectory(
                     roles[name] = record
             elif isinstance(index, int) and not isinstance(index, bool) and index >= 0:
                 parts.setdefault(index, {})[name] = record
-        elif name == sc.ENV_RESET:
-            if reset_span is None or record.start_time >= reset_span.start_time:
-                reset_span = record
-        else:
-            if name == sc.EPISODE and (
-                episode_span is None or record.start_time < episode_span.start_time
-            ):
-                episode_span = record
-            if genai.call_kind(record) is not None:
-                genai_records.append(record)
-    if episode_id is None:
-        episode_id = episode_id_of(episode_span or records[0]) or format(
-            records[0].trace_id, "032x"
-        )
-
-    steps, final_observation = _build_steps(parts, reset_span, trusted)
-    if genai_records and steps:
-        by_span_id = {record.span_id: record for record in records}
-        _attach_genai_calls(steps, genai_records, by_span_id, trusted)
-
-    attrs = episode_span.attributes if episode_span is not None else {}
-    length = attrs.get(sc.EPISODE_LENGTH)
-    expected = length if isinstance(length, int) else (max(parts) + 1 if parts else 0)
-    missing = sorted(set(range(expected)) - set(parts))
-    last = steps[-1] if steps else None
-
-    status = attrs.get(sc.EPISODE_STATUS)
-    if status is None and episode_span is not None and episode_span.end_time is not None:
-        status = _derived_status(episode_span, last)
-    ended = episode_span is not None and episode_span.end_time is not None
-    attributes = {k: _plain(v) for k, v in attrs.items() if k not in _LIFTED}
-    if not ended or missing:
-        if status is not None:
-            attributes[sc.EPISODE_STATUS] = status
-        status = sc.STATUS_INCOMPLETE
-
-    episode_return = attrs.get(sc.EPISODE_RETURN)
-    if not isinstance(episode_return, (int, float)) or isinstance(episode_return, bool):
-        episode_return = float(sum(s.reward for s in steps if s.reward is not None))
-    task_id = attrs.get(sc.TASK_ID)
-
-    start = episode_span.start_time if episode_span else min(r.start_time for r in records)
-    if ended:
-        end = episode_span.end_time  # type: ignore[union-attr]
-    else:
-        ends = [r.end_time for r in records if r.end_time is not None]
-        end = max(ends) if ends else None
-
-    trajectory = Trajectory(
-        episode_id=episode_id,
-        trace_id=format((episode_span or records[0]).trace_id, "032x"),
-        task_id=None if task_id is None else str(task_id),
-        status=status,
-        error=_episode_error(episode_span),
-        start_time=start,
-        end_time=end,
-        return_=float(episode_return),
-        length=length if isinstance(length, int) else expected,
-        attributes=attributes,
-        steps=steps,
-        final_observation=final_observation,
-        reset_info=_content(reset_span, sc.INFO, None, trusted) if reset_span else None,
-        missing_steps=missing,
-    )
-    if trusted is None:  # rebuilt from storage: say what it could not give back whole
-        trajectory.lossy = lossy_fields(records, trajectory, _step_finder(records))
-    return trajectory
+        elif name != sc.ENV_RESET and genai.call_kind(record) is not None:
+            genai_records.append(record)
+    return parts, genai_records
 
 
 def _step_finder(records: Sequence[SpanRecord]) -> Callable[[SpanRecord], int | None]:
@@ -159,15 +415,6 @@ def _step_finder(records: Sequence[SpanRecord]) -> Callable[[SpanRecord], int | 
         return _step_index_of(record, by_span_id)
 
     return step_of
-
-
-def _episode_span(records: Sequence[SpanRecord]) -> SpanRecord | None:
-    """The episode's root span: a span named ``episode``; the outermost if several."""
-    found = None
-    for record in records:
-        if record.name == sc.EPISODE and (found is None or record.start_time < found.start_time):
-            found = record
-    return found
 
 
 def _content(record: SpanRecord, key: str, default: Any, trusted: str | None) -> Any:
@@ -194,19 +441,19 @@ def _text(value: Any, trusted: bool) -> Any:
 
 def _build_steps(
     parts: Mapping[int, Mapping[str, SpanRecord]],
-    reset: SpanRecord | None,
+    returned: Any,
+    previous_index: int,
     trusted: str | None,
 ) -> tuple[list[Step], Any]:
     """The steps, in index order, and the observation the last one returned.
 
-    One pass: step i acts on what agent.act/timestep saw, else on what step i-1 (or reset)
-    returned; its outcome fields come from env.step, then agent.act, then timestep (one
-    merged dict, later roles overriding earlier ones).
+    One pass: step i acts on what agent.act/timestep saw, else on what step i-1 returned
+    (``returned``, the reset's or the step ``previous_index``'s, for the first); its outcome
+    fields come from env.step, then agent.act, then timestep (one merged dict, later roles
+    overriding earlier ones).
     """
     steps: list[Step] = []
     append = steps.append
-    returned = _content(reset, sc.OBSERVATION, None, trusted) if reset else None
-    previous_index = -1
     # (the keys as locals: this loop runs once per step)
     observation_key, action_key, info_key = sc.OBSERVATION, sc.ACTION, sc.INFO
     timestep_name, act_name, env_step_name = sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP
@@ -322,8 +569,9 @@ def _attach_genai_calls(
     records: list[SpanRecord],
     by_span_id: Mapping[int, SpanRecord],
     trusted: str | None,
-) -> None:
-    """Fold GenAI spans into their steps (docs/llm-calls.md has the rules).
+) -> dict[int, int]:
+    """Fold GenAI spans into their steps (docs/llm-calls.md has the rules); returns the step
+    index each span went to, by span id.
 
     * a call under a step span belongs to that step; a call under no step span (before the
       first step, between steps, in env.reset) to the next step to start, else the last step;
@@ -331,8 +579,9 @@ def _attach_genai_calls(
     * a model call nested in another model call (openai-v2's span under agenttrace's
       ``llm_call``) is not a second call: it fills what the outer one left empty.
     """
+    placed: dict[int, int] = {}
     if not records or not steps:
-        return
+        return placed
     by_index = {step.index: step for step in steps}
     starts = sorted((step.start_time or 0, step.index) for step in steps)
     nested: dict[int, list[SpanRecord]] = {}
@@ -350,6 +599,7 @@ def _attach_genai_calls(
         if index is None:
             position = bisect.bisect_left(starts, (record.start_time, -1))
             index = starts[min(position, len(starts) - 1)][1]
+        placed[record.span_id] = index
         step = by_index.get(index)
         if step is None:
             continue
@@ -359,8 +609,10 @@ def _attach_genai_calls(
         call = genai.llm_call(record, trusted)
         inner = nested.get(record.span_id)
         if inner:
+            placed.update((r.span_id, index) for r in inner)
             genai.merge_nested(call, [genai.llm_call(r, trusted) for r in inner])
         step.llm_calls.append(call)
+    return placed
 
 
 def _episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:

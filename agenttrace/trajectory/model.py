@@ -290,6 +290,24 @@ class Trajectory(_ValueEquality):
     def rewards(self) -> list[float | None]:
         return [step.reward for step in self.steps]
 
+    def __eq__(self, other: object) -> bool:
+        """Field by field; ``steps`` as sequences, so steps held on disk (a long episode's
+        :class:`~agenttrace.trajectory.spill.SpilledSteps`) equal the same steps in a list."""
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in dataclasses.fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "steps":
+                if len(mine) != len(theirs) or not all(
+                    values_equal(a, b) for a, b in zip(mine, theirs, strict=True)
+                ):
+                    return False
+            elif not values_equal(mine, theirs):
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
     def to_dict(self) -> dict:
         """JSON-ready dict in the documented key order."""
         return {
