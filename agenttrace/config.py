@@ -202,11 +202,12 @@ SETTINGS: tuple[Setting, ...] = (
         "Episodes held open at once; more are counted as dropped, never silently.",
     ),
     Setting(
-        "max_spans_per_episode",
-        "AGENTTRACE_MAX_SPANS_PER_EPISODE",
+        "max_episode_bytes",
+        "AGENTTRACE_MAX_EPISODE_BYTES",
         _positive(int),
-        50_000,
-        "Spans kept per episode; more are counted and the trajectory is marked incomplete.",
+        64 * 1024 * 1024,
+        "Memory one episode's spans may hold while it is rebuilt; a longer episode is rebuilt "
+        "a stretch of steps at a time, its finished steps kept on disk (nothing is cut).",
     ),
     Setting(
         "idle_timeout",
@@ -348,7 +349,7 @@ class Settings:
     redact: Callable[[str, Any], Any] | None
     service_name: str | None
     max_open_episodes: int
-    max_spans_per_episode: int
+    max_episode_bytes: int
     idle_timeout: float
     queue_size: int
     block_timeout: float

@@ -97,6 +97,7 @@ class AgentTrace:
         spec = WriterSpec(
             sinks=tuple(self._sink_specs()),
             span_file=self._span_file_options() if "file" in targets else None,
+            max_episode_bytes=settings.max_episode_bytes,
         )
         in_ray_worker = _in_ray_worker()
         chosen_meter_provider = self._choose_meter_provider(meter_provider)
@@ -117,7 +118,6 @@ class AgentTrace:
         self.trajectory_processor = TrajectoryProcessor(
             writer=writer,
             max_open_episodes=settings.max_open_episodes,
-            max_spans_per_episode=settings.max_spans_per_episode,
             idle_timeout=settings.idle_timeout,
             queue_size=settings.queue_size,
             block_timeout=settings.block_timeout,
@@ -400,8 +400,8 @@ _LOSS_LABELS = (
         "span",
         (
             "spans_dropped",  # queue full, failed write
-            "spans_dropped_episode_limit",
             "late_spans",
+            "spans_too_late_for_step",
             "spans_lost_writer_crash",
         ),
     ),

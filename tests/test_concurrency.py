@@ -26,7 +26,7 @@ EPISODES_PER_THREAD = 6
 
 LOSS_COUNTERS = (
     "episodes_dropped_open_limit",
-    "spans_dropped_episode_limit",
+    "spans_too_late_for_step",
     "late_spans",
     "episodes_dropped_queue_full",
     "spans_dropped_queue_full",

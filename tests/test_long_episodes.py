@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from conftest import read_run
+
 import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.storage.otlp_json import read_otlp_json
 from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.spill import SpilledSteps
-
-from conftest import read_run
 
 STEPS = 240
 
@@ -133,7 +133,7 @@ def test_spans_that_come_too_late_for_their_stretch_are_counted(agent_run) -> No
 
 
 def test_spilled_steps_read_back_like_a_list(agent_run) -> None:
-    live, records, _ = agent_run
+    live, _, _ = agent_run
     steps = SpilledSteps(live.steps)
     assert len(steps) == STEPS
     assert steps[5] == live.steps[5] and steps[-1] == live.steps[-1]

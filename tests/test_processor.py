@@ -9,13 +9,13 @@ import sys
 import textwrap
 import threading
 
+import pytest
 from conftest import read_run
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 import agenttrace as at
 from agenttrace import semconv as sc
-from agenttrace.processing.writer import DROPPED_SPANS_ATTRIBUTE
 from agenttrace.sinks import load_trajectories
 from agenttrace.storage import read_otlp_json
 
@@ -65,18 +65,22 @@ def test_open_episode_limit_is_counted_and_the_rest_is_kept(tmp_path, caplog) ->
     assert "episodes_dropped_open_limit" in caplog.text
 
 
-def test_span_limit_marks_the_trajectory_incomplete_but_spans_file_keeps_all(tmp_path) -> None:
-    runtime = at.configure(out=str(tmp_path), max_spans_per_episode=10)
-    _episode(20)
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_an_episode_over_the_byte_limit_is_rebuilt_whole_a_stretch_at_a_time(
+    tmp_path, writer
+) -> None:
+    runtime = at.configure(out=str(tmp_path), max_episode_bytes=30_000, writer=writer)
+    _episode(3_000)
     result = read_run(runtime)
     (trajectory,) = result.live
-    assert trajectory.status == sc.STATUS_INCOMPLETE
-    assert trajectory.attributes[DROPPED_SPANS_ATTRIBUTE] == 30
-    assert trajectory.attributes[sc.EPISODE_STATUS] == "completed"
-    assert trajectory.missing_steps == list(range(5, 20))
-    assert trajectory.return_ == 20.0  # the return recorded in-process is still exact
-    assert result.stats["spans_dropped_episode_limit"] == 30
-    assert sum(1 for _ in read_otlp_json(runtime.span_paths)) == 1 + 2 * 20
+    assert trajectory.status == sc.STATUS_COMPLETED
+    assert [s.index for s in trajectory.steps] == list(range(3_000))
+    assert [s.observation for s in trajectory.steps] == [None, *range(1, 3_000)]
+    assert trajectory.final_observation == 3_000
+    assert trajectory.return_ == 3_000.0 and trajectory.missing_steps == []
+    assert result.stats["spans_too_late_for_step"] == 0
+    assert result.offline == result.live
+    assert sum(1 for _ in read_otlp_json(runtime.span_paths)) == 1 + 2 * 3_000
 
 
 def test_late_spans_are_counted_and_still_exported(pipeline) -> None:

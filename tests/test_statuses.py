@@ -594,30 +594,24 @@ def test_incomplete_from_hand_built_span_records():
     assert trajectory.return_ == 10.0  # the in-process return, not the sum of what arrived
 
 
-def test_incomplete_when_the_per_episode_span_limit_is_hit(tmp_path):
+def test_a_long_truncated_episode_keeps_its_status_when_rebuilt_in_stretches(tmp_path):
     runtime = at.configure(
         out=str(tmp_path),
         run_name="limit",
         sinks=["jsonl"],
         spans=["file"],
-        max_spans_per_episode=6,
+        max_episode_bytes=10_000,
     )
     env = cartpole()
     with at.episode(env=env) as ep:
-        run_steps(env, balance, max_steps=5)  # reset + 5 x 3 spans: more than 6
+        flags = run_steps(env, balance, max_steps=60)
     result = read_run(runtime)
     (trajectory,) = result.live
     assert trajectory.episode_id == ep.id
-    assert trajectory.status == sc.STATUS_INCOMPLETE
-    assert trajectory.attributes[sc.EPISODE_STATUS] == sc.STATUS_TRUNCATED
-    assert trajectory.attributes["agenttrace.dropped_spans"] == 16 - 6
-    assert trajectory.missing_steps  # the later steps are listed, not silently gone
-    assert trajectory.length == 5
-    assert result.stats["spans_dropped_episode_limit"] == 10
-    # Dropped spans still reach the span file: the offline rebuild is whole.
-    (offline,) = result.offline
-    assert offline.status == sc.STATUS_TRUNCATED
-    assert [s.index for s in offline.steps] == [0, 1, 2, 3, 4]
+    assert trajectory.status == sc.STATUS_TRUNCATED
+    assert len(flags) == 60 and not any(flags[-1])
+    assert [s.index for s in trajectory.steps] == list(range(60))
+    assert result.offline == result.live
 
 
 def test_a_reset_error_the_runner_catches_still_makes_the_episode_errored(pipeline):

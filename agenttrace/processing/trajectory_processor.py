@@ -7,15 +7,18 @@ queue to a background thread that hands it to the writer (:mod:`agenttrace.proce
 the one assembler and the sinks, in this process or in a helper process). Nothing here raises
 into user code.
 
+Records of an open episode go to the writer within ``flush_interval`` (or once 4,096 wait), so
+this process never holds a long episode: the writer does, a stretch at a time
+(:class:`~agenttrace.trajectory.assembler.EpisodeAssembly`, ``max_episode_bytes``).
+
 With a span file the same records are also written as OTLP/JSON lines (the run's
 spans.jsonl): one conversion per span serves both products, and no span object outlives its
-``on_end``. Spans outside episodes, late spans and spans over the per-episode limit still
-reach the span file; only sampled spans do (RECORD_ONLY spans feed trajectories only).
+``on_end``. Spans outside episodes and late spans still reach the span file; only sampled
+spans do (RECORD_ONLY spans feed trajectories only).
 
 Limits are explicit and every overflow is counted (``stats()``) and logged once:
-``max_open_episodes`` (episodes beyond it are not tracked), ``max_spans_per_episode`` (later
-spans of that episode are not kept; its trajectory comes out incomplete), spans that arrive
-after their episode was written ("late"), and items the writer queue had to drop.
+``max_open_episodes`` (episodes beyond it are not tracked), spans that arrive after their
+episode was written ("late"), and items the writer queue had to drop.
 """
 
 from __future__ import annotations
@@ -37,7 +40,13 @@ from agenttrace import semconv as sc
 from agenttrace.processing._worker import BackgroundWorker
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.metrics import EpisodeMetrics
-from agenttrace.processing.writer import EpisodeWriter, FinishedEpisode, report_paths
+from agenttrace.processing.writer import (
+    DEFAULT_MAX_EPISODE_BYTES,
+    EpisodeSpans,
+    EpisodeWriter,
+    FinishedEpisode,
+    report_paths,
+)
 from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.callback import as_sink
@@ -51,7 +60,6 @@ logger = logging.getLogger("agenttrace")
 class _Episode:
     __slots__ = (
         "count",
-        "dropped_spans",
         "pending",
         "quiet_since",
         "root_span_id",
@@ -62,16 +70,15 @@ class _Episode:
 
     def __init__(self, root_span_id: int) -> None:
         self.root_span_id = root_span_id  # 0 until the episode span itself is seen
-        # Records appended on the callers' threads; the writer thread takes them from the left
-        # (both ends of a deque are safe across threads without a lock).
+        # Records appended on the callers' threads; they are taken from the left (both ends of
+        # a deque are safe across threads without a lock) and handed to the writer while the
+        # episode is open, so the span file holds them within a second and the writer, not
+        # this process's memory, holds a long episode (see EpisodeAssembly).
         self.pending: deque[SpanRecord] = deque()
-        # Records the writer thread took while the episode was open: their span lines are
-        # written already (the span file holds an open episode's spans within a second).
-        self.streamed: list[SpanRecord] = []
-        self.count = 0  # records kept (pending + streamed), for max_spans_per_episode
+        self.streamed = 0  # records handed to the writer while the episode was open
+        self.count = 0  # records seen, for idle detection
         # The episode span as it was at start: stands in for it if it never ends.
         self.start_record: SpanRecord | None = None
-        self.dropped_spans = 0
         # Idle detection without a clock call per span: the writer's periodic check notes
         # when the span count last changed.
         self.seen_count = 0
@@ -88,7 +95,7 @@ class TrajectoryProcessor(SpanProcessor):
         span_writer: OtlpJsonLinesWriter | None = None,
         writer: EpisodeWriter | RemoteWriter | None = None,
         max_open_episodes: int = 10_000,
-        max_spans_per_episode: int = 50_000,
+        max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES,
         idle_timeout: float = 600.0,
         queue_size: int = 65_536,
         block_timeout: float = 30.0,
@@ -106,6 +113,7 @@ class TrajectoryProcessor(SpanProcessor):
                 [as_sink(sink) for sink in sinks],
                 span_writer,
                 on_summary=metrics.record if metrics is not None else None,
+                max_episode_bytes=max_episode_bytes,
             )
         elif sinks or span_writer is not None or meter_provider is not None:
             raise TypeError(
@@ -121,7 +129,6 @@ class TrajectoryProcessor(SpanProcessor):
         # Whether finished spans outside episodes are wanted (for the span file).
         self._keeps_all_spans = writer.writes_spans
         self._max_open = max_open_episodes
-        self._max_spans = max_spans_per_episode
         self._idle_timeout = idle_timeout
         self._open: dict[str, _Episode] = {}
         self._written: OrderedDict[str, None] = OrderedDict()  # recent ids, to spot late spans
@@ -187,18 +194,24 @@ class TrajectoryProcessor(SpanProcessor):
                     if self._keeps_all_spans:
                         self._put_spans([record])
                     return
-            if episode.count >= self._max_spans and not is_root:
-                episode.dropped_spans += 1
-                self._count("spans_dropped_episode_limit")
-                if self._keeps_all_spans:
-                    self._put_spans([record])
-                return
-            episode.pending.append(record)
+            pending = episode.pending
+            pending.append(record)
             episode.count += 1
             if is_root and record.span_id in (episode.root_span_id, 0):
                 self._finish(episode_id)
+            elif len(pending) >= _HAND_OVER_AFTER_SPANS:
+                self._hand_over(episode_id, episode)
         except Exception:
             self._internal_error("on_end")
+
+    def _hand_over(self, episode_id: str, episode: _Episode) -> None:
+        """Queue an open episode's pending records for the writer (a long episode's spans
+        must not pile up here between the writer thread's ticks)."""
+        taken = _take(episode.pending)
+        if taken:
+            episode.streamed += len(taken)
+            if not self._worker.put(EpisodeSpans(episode_id, taken), len(taken)):
+                self._count("spans_dropped_queue_full", len(taken))
 
     def _put_spans(self, records: list[SpanRecord]) -> None:
         if not self._worker.put(records, len(records)):
@@ -245,7 +258,7 @@ class TrajectoryProcessor(SpanProcessor):
                 self._written.popitem(last=False)
         if expired:
             self._count("episodes_expired_idle")
-        if not self._worker.put(_Ended(episode_id, episode), episode.count):
+        if not self._worker.put(_Ended(episode_id, episode), len(episode.pending)):
             self._count("episodes_dropped_queue_full")
         elif self._flush_each_episode and not expired:
             self._worker.flush(self._block_timeout)
@@ -256,35 +269,30 @@ class TrajectoryProcessor(SpanProcessor):
         self.writer.write([self._finished(i) if type(i) is _Ended else i for i in items])
 
     def _finished(self, ended: _Ended) -> FinishedEpisode:
-        """An ended episode with every record it got; the streamed ones' lines are written."""
+        """An ended episode with the records it got since it was last handed over."""
         episode = ended.episode
-        streamed = episode.streamed
-        records = streamed + _take(episode.pending)
         return FinishedEpisode(
             ended.episode_id,
-            records,
+            _take(episode.pending),
             episode.start_record,
             episode.root_span_id,
-            episode.dropped_spans,
-            spans_written=len(streamed),
+            streamed=episode.streamed,
         )
 
     def _stream_open_spans(self) -> None:
-        """Write the span lines of open episodes' new records now (kept for their rebuild),
-        so the span file holds an open episode's spans within a tick: after a crash the
-        episode can still be rebuilt offline, as incomplete."""
-        if not self._keeps_all_spans:
-            return
+        """Hand open episodes' new records to the writer now: it writes their span lines (so
+        after a crash the episode can still be rebuilt offline, as incomplete) and keeps
+        them towards the trajectory."""
         with self._lock:
-            episodes = list(self._open.values())
-        chunk: list[SpanRecord] = []
-        for episode in episodes:
+            episodes = list(self._open.items())
+        items: list[Any] = []
+        for episode_id, episode in episodes:
             taken = _take(episode.pending)
             if taken:
-                episode.streamed.extend(taken)
-                chunk.extend(taken)
-        if chunk:
-            self.writer.write([chunk])
+                episode.streamed += len(taken)
+                items.append(EpisodeSpans(episode_id, taken))
+        if items:
+            self.writer.write(items)
 
     def _on_tick(self) -> None:
         self._stream_open_spans()
@@ -299,7 +307,7 @@ class TrajectoryProcessor(SpanProcessor):
         idle = []
         with self._lock:
             for episode_id, episode in self._open.items():
-                count = episode.count + episode.dropped_spans
+                count = episode.count
                 if count != episode.seen_count:
                     episode.seen_count, episode.quiet_since = count, now
                 elif now - episode.quiet_since >= self._idle_timeout:
@@ -415,10 +423,11 @@ def _take(pending: deque[SpanRecord]) -> list[SpanRecord]:
 #: The writer thread starts on the queue once this many spans wait, so the writer keeps pace
 #: with the loop and a flush finds little left to do.
 _WAKE_AFTER_SPANS = 256
+#: An open episode's pending records are queued for the writer once this many wait.
+_HAND_OVER_AFTER_SPANS = 4096
 
 _LOSS_COUNTERS = (
     "episodes_dropped_open_limit",
-    "spans_dropped_episode_limit",
     "late_spans",
     "episodes_dropped_queue_full",
     "spans_dropped_queue_full",
@@ -427,6 +436,7 @@ _LOSS_COUNTERS = (
 _WRITER_COUNTERS = (
     "spans_failed_write",
     "episodes_failed_assembly",
+    "spans_too_late_for_step",
     "episodes_lost_writer_crash",
     "spans_lost_writer_crash",
 )

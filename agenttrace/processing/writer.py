@@ -17,34 +17,48 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agenttrace import semconv as sc
 from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.jsonl import JsonlSink
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
-from agenttrace.trajectory.assembler import build_trajectory
+from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.records import SpanRecord
 
 logger = logging.getLogger("agenttrace")
 
-#: Attribute added to a trajectory whose episode lost spans to max_spans_per_episode.
-DROPPED_SPANS_ATTRIBUTE = "agenttrace.dropped_spans"
+#: Attribute added to a trajectory whose long episode had spans come after their step was
+#: finished (see EpisodeAssembly): how many were left out.
+LATE_SPANS_ATTRIBUTE = "agenttrace.spans_too_late_for_step"
 
 #: Instrumentation scope of agenttrace's own spans, whose content text its encoder wrote.
 AGENTTRACE_SCOPE = "agenttrace"
+
+#: ``max_episode_bytes`` when none is given.
+DEFAULT_MAX_EPISODE_BYTES = 64 * 1024 * 1024
+
+
+class EpisodeSpans(NamedTuple):
+    """Span records of an episode still open, handed over as they end: their span lines are
+    written and the writer keeps them towards the episode's trajectory."""
+
+    episode_id: str
+    records: list[SpanRecord]
 
 
 class FinishedEpisode(NamedTuple):
     """What the processor hands over when an episode ends (or is given up on)."""
 
     episode_id: str
+    # The records not handed over earlier in EpisodeSpans items.
     records: list[SpanRecord]
     # The episode span as it was at start: stands in for it if it never ended.
     start_record: SpanRecord | None
     root_span_id: int
-    dropped_spans: int
-    # The first records whose span lines were written while the episode was open.
-    spans_written: int = 0
+    # How many records came earlier in EpisodeSpans items.
+    streamed: int = 0
+
+
+WriterItem = FinishedEpisode | EpisodeSpans | list[SpanRecord]
 
 
 class SinkSpec(NamedTuple):
@@ -58,6 +72,7 @@ class WriterSpec(NamedTuple):
     sinks: tuple[SinkSpec, ...] = ()
     span_file: Mapping[str, Any] | None = None  # OtlpJsonLinesWriter options, or no span file
     summaries: bool = False  # summarize each episode for metrics (processing.metrics)
+    max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
 
 
 def build_sink(spec: SinkSpec) -> Sink:
@@ -89,6 +104,7 @@ REPORT_COUNTERS = (
     "spans_failed_write",
     "episodes_failed_assembly",
     "episodes_failed_metrics",
+    "spans_too_late_for_step",
     "torn_lines_cut",
     "torn_bytes_cut",
 )
@@ -126,8 +142,12 @@ class EpisodeWriter:
         span_writer: OtlpJsonLinesWriter | None = None,
         *,
         on_summary: Callable[[EpisodeSummary], None] | None = None,
+        max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES,
     ) -> None:
         self.sinks = list(sinks)
+        self.max_episode_bytes = max_episode_bytes
+        # Episodes still open: their records so far, on their way to the trajectory.
+        self._open: dict[str, EpisodeAssembly] = {}
         self.span_writer = span_writer
         # The JSONL sinks go last, and the last of them is the commit record: an episode in its
         # file has been given to every output (see commit_sink).
@@ -182,15 +202,45 @@ class EpisodeWriter:
                     output.close()
             raise
         sinks = built[1:] if span_writer is not None else built
-        return cls([*sinks, *extra_sinks], span_writer, on_summary=on_summary)
+        return cls(
+            [*sinks, *extra_sinks],
+            span_writer,
+            on_summary=on_summary,
+            max_episode_bytes=spec.max_episode_bytes,
+        )
 
-    def write(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
-        """One batch: span-only items (lists of records) and finished episodes."""
+    def write(self, items: list[WriterItem]) -> None:
+        """One batch: span-only items (lists of records), open episodes' spans and finished
+        episodes."""
         for item in items:
             if type(item) is list:
                 self._write_spans(item)
+            elif type(item) is EpisodeSpans:
+                self.write_open(item)
             else:
                 self._write_episode(item)  # type: ignore[arg-type]
+
+    def write_open(self, item: EpisodeSpans, *, spans: bool = True) -> None:
+        """Spans of an open episode; ``spans=False`` skips their span file line (written)."""
+        if spans:
+            self._write_spans(item.records)
+        self.resume(item.episode_id, item.records)
+
+    def resume(self, episode_id: str, records: list[SpanRecord]) -> None:
+        """Take records of an open episode towards its trajectory, writing nothing."""
+        assembly = self._open.get(episode_id)
+        if assembly is None:
+            assembly = self._open[episode_id] = EpisodeAssembly(
+                episode_id, trusted_scope=AGENTTRACE_SCOPE, max_bytes=self.max_episode_bytes
+            )
+        try:
+            assembly.add(records)
+        except Exception:
+            logger.exception("agenttrace: could not take spans of episode %r", episode_id)
+
+    def discard(self, episode_id: str) -> None:
+        """Forget the records taken for an open episode (it was written elsewhere)."""
+        self._open.pop(episode_id, None)
 
     def write_episode(self, episode: FinishedEpisode, *, spans: bool = True) -> None:
         """One finished episode; ``spans=False`` skips its span file line (already written)."""
@@ -199,26 +249,29 @@ class EpisodeWriter:
     def _write_episode(self, episode: FinishedEpisode, spans: bool = True) -> None:
         records = episode.records
         if spans:
-            self._write_spans(records[episode.spans_written :])
+            self._write_spans(records)
         try:
-            if episode.start_record is not None and not any(
-                r.span_id == episode.root_span_id for r in reversed(records)
-            ):
-                records = [episode.start_record, *records]  # the episode span never ended
-            trajectory = build_trajectory(
-                records, episode.episode_id, trusted_scope=AGENTTRACE_SCOPE
-            )
+            assembly = self._open.pop(episode.episode_id, None)
+            if assembly is None:
+                assembly = EpisodeAssembly(
+                    episode.episode_id,
+                    trusted_scope=AGENTTRACE_SCOPE,
+                    max_bytes=self.max_episode_bytes,
+                )
+            assembly.add(records)
+            start = episode.start_record
+            if start is not None and not assembly.has_span(episode.root_span_id):
+                assembly.add([start])  # the episode span never ended
+            trajectory = assembly.trajectory()
         except Exception:
             self._add("episodes_failed_assembly")
             logger.exception("agenttrace: could not rebuild episode %r", episode.episode_id)
             return
         finally:
             self._add("episodes_done")
-        if episode.dropped_spans:
-            trajectory.attributes[DROPPED_SPANS_ATTRIBUTE] = episode.dropped_spans
-            if trajectory.status != sc.STATUS_INCOMPLETE:
-                trajectory.attributes.setdefault(sc.EPISODE_STATUS, trajectory.status)
-                trajectory.status = sc.STATUS_INCOMPLETE
+        if assembly.late:
+            self._add("spans_too_late_for_step", assembly.late)
+            trajectory.attributes[LATE_SPANS_ATTRIBUTE] = assembly.late
         with self._lock:
             self._statuses[trajectory.status] += 1
         for sink in self._write_order:

@@ -51,10 +51,13 @@ import warnings
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from agenttrace import semconv as sc
 from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.processing.writer import (
+    EpisodeSpans,
     EpisodeWriter,
     FinishedEpisode,
+    WriterItem,
     WriterSpec,
     empty_report,
     lines_since,
@@ -117,42 +120,46 @@ def _read_frame(stream: BinaryIO) -> Any | None:
     return marshal.loads(data[1:]) if data[:1] == b"m" else pickle.loads(data[1:])
 
 
-def _to_wire(items: list[FinishedEpisode | list[SpanRecord]]) -> list[Any]:
-    """Items as plain tuples and lists (marshal takes no named tuples)."""
+def _to_wire(items: list[WriterItem]) -> list[Any]:
+    """Items as plain tuples and lists (marshal takes no named tuples): a list for spans
+    outside episodes, a pair for an open episode's spans, a 5-tuple for a finished one."""
     wire: list[Any] = []
     for item in items:
         if type(item) is list:
             wire.append([_record_to_wire(r) for r in item])
+        elif type(item) is EpisodeSpans:
+            wire.append((item.episode_id, [_record_to_wire(r) for r in item.records]))
         else:
-            episode_id, records, start, root_span_id, dropped, spans_written = item  # type: ignore[misc]
+            episode_id, records, start, root_span_id, streamed = item  # type: ignore[misc]
             wire.append(
                 (
                     episode_id,
                     [_record_to_wire(r) for r in records],
                     None if start is None else _record_to_wire(start),
                     root_span_id,
-                    dropped,
-                    spans_written,
+                    streamed,
                 )
             )
     return wire
 
 
-def _from_wire(wire: list[Any]) -> list[FinishedEpisode | list[SpanRecord]]:
-    items: list[FinishedEpisode | list[SpanRecord]] = []
+def _from_wire(wire: list[Any]) -> list[WriterItem]:
+    items: list[WriterItem] = []
     for item in wire:
         if type(item) is list:
             items.append([_record_from_wire(r) for r in item])
+        elif len(item) == 2:
+            episode_id, records = item
+            items.append(EpisodeSpans(episode_id, [_record_from_wire(r) for r in records]))
         else:
-            episode_id, records, start, root_span_id, dropped, spans_written = item
+            episode_id, records, start, root_span_id, streamed = item
             items.append(
                 FinishedEpisode(
                     episode_id,
                     [_record_from_wire(r) for r in records],
                     None if start is None else _record_from_wire(start),
                     root_span_id,
-                    dropped,
-                    spans_written,
+                    streamed,
                 )
             )
     return items
@@ -325,17 +332,16 @@ if hasattr(os, "register_at_fork"):
 class _Sent:
     """An item sent to the helper and not yet confirmed written."""
 
-    __slots__ = ("episode_id", "item", "key", "sampled", "size")
+    __slots__ = ("episode_id", "finished", "item", "key", "sampled", "size")
 
-    def __init__(self, item: FinishedEpisode | list[SpanRecord], writes_spans: bool) -> None:
-        self.item: FinishedEpisode | list[SpanRecord] | None = item  # None once let go
-        if isinstance(item, FinishedEpisode):
-            records, self.episode_id = item.records, item.episode_id
-            self.size = len(records)
-            records = records[item.spans_written :]  # the others' lines were written earlier
-        else:
+    def __init__(self, item: WriterItem, writes_spans: bool) -> None:
+        self.item: WriterItem | None = item  # None once let go
+        self.finished = type(item) is FinishedEpisode
+        if type(item) is list:
             records, self.episode_id = item, None
-            self.size = len(records)
+        else:
+            records, self.episode_id = item.records, item.episode_id  # type: ignore[union-attr]
+        self.size = len(records)
         self.sampled = 0
         self.key: tuple[int, int] | None = None  # its first span in the span file
         if writes_spans:
@@ -392,6 +398,9 @@ class RemoteWriter:
             self._positions: dict[str, Any] = {}
             self._retained_spans = 0
             self._let_go = 0  # unconfirmed items (the oldest) whose records were let go
+            # Open episodes whose spans the helper confirmed (held there towards their
+            # trajectories): episode id -> spans.
+            self._held_open: dict[str, int] = {}
 
     @property
     def writes_spans(self) -> bool:
@@ -458,14 +467,20 @@ class RemoteWriter:
     def _drop_confirmed(self) -> None:
         unconfirmed = self._unconfirmed
         # The oldest unconfirmed item is number sent - len + 1.
+        held = self._held_open
         for _ in range(min(len(unconfirmed), self._confirmed - (self._sent - len(unconfirmed)))):
             sent = unconfirmed.popleft()
+            if sent.episode_id is not None:
+                if sent.finished:
+                    held.pop(sent.episode_id, None)
+                else:
+                    held[sent.episode_id] = held.get(sent.episode_id, 0) + sent.size
             if sent.item is None:
                 self._let_go -= 1
             else:
                 self._retained_spans -= sent.size
 
-    def _keep(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
+    def _keep(self, items: list[WriterItem]) -> None:
         """Remember items just sent, until the helper confirms them."""
         writes_spans = self.writes_spans
         with self._state_lock:
@@ -501,6 +516,12 @@ class RemoteWriter:
             self._unconfirmed.clear()
             self._retained_spans = self._let_go = 0
             positions = dict(self._positions)
+            held_open, self._held_open = self._held_open, {}
+        for sent in unconfirmed:  # open episodes' spans let go here: read back as well
+            if not sent.finished and sent.item is None and sent.episode_id is not None:
+                held_open.setdefault(sent.episode_id, 0)
+        if held_open:
+            self._recover_open(local, held_open, unconfirmed)
         if unconfirmed:
             found, again, lost_episodes, lost_spans = self._take_over(local, unconfirmed, positions)
             logger.error(
@@ -524,6 +545,33 @@ class RemoteWriter:
         else:
             logger.warning("agenttrace: %s; writing in this process instead", reason)
         self._local = local
+
+    def _recover_open(
+        self, local: EpisodeWriter, held_open: dict[str, int], unconfirmed: list[_Sent]
+    ) -> None:
+        """Give the stand-in the spans of open episodes that only the helper held, read back
+        from the span file (without one they are lost, and those episodes come out
+        incomplete). Spans of unconfirmed items are left to ``_take_over``."""
+        span_writer = local.span_writer
+        if span_writer is None:
+            self._lost["spans"] += sum(held_open.values())
+            return
+        skip = {
+            (record.trace_id, record.span_id)
+            for sent in unconfirmed
+            if sent.item is not None and type(sent.item) is not list
+            for record in sent.item.records  # type: ignore[union-attr]
+        }
+        found: dict[str, list[SpanRecord]] = {episode_id: [] for episode_id in held_open}
+        for line in lines_since(span_writer, (0, 0)):
+            for record in iter_records([line], on_error=_ignore):
+                episode_id = record.attributes.get(sc.EPISODE_ID)
+                if episode_id in found and (record.trace_id, record.span_id) not in skip:
+                    found[str(episode_id)].append(record)
+        for episode_id, records in found.items():
+            if records:
+                local.resume(episode_id, records)
+            self._lost["spans"] += max(0, held_open[episode_id] - len(records))
 
     def _take_over(
         self, local: EpisodeWriter, unconfirmed: list[_Sent], positions: dict[str, Any]
@@ -569,8 +617,16 @@ class RemoteWriter:
                 else:
                     lost_spans += sent.sampled
                 continue
+            if not sent.finished:  # spans of an open episode
+                if sent.item is not None:
+                    local.write_open(sent.item, spans=not spans_there)  # type: ignore[arg-type]
+                    again += 1
+                elif not spans_there:
+                    lost_spans += sent.sampled
+                continue
             data = written.get(sent.episode_id)
             if data is not None:  # the helper wrote it and died before saying so
+                local.discard(sent.episode_id)
                 found += 1
                 recovered["episodes_done"] += 1
                 status = str(data.get("status"))
@@ -619,7 +675,7 @@ class RemoteWriter:
 
     # --- the EpisodeWriter interface ------------------------------------------------------
 
-    def write(self, items: list[FinishedEpisode | list[SpanRecord]]) -> None:
+    def write(self, items: list[WriterItem]) -> None:
         if self._usable_remote():
             try:
                 self._send(("write", self._id, _to_wire(items)))

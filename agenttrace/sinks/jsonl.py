@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -129,18 +130,28 @@ class JsonlSink:
         """Append one line; rotates first when the line would overflow the current file."""
         if self._closed:
             raise RuntimeError(f"JsonlSink({str(self.folder)!r}) is closed; cannot write")
-        # backslashreplace turns a lone surrogate into its JSON escape (see utf8_safe).
-        data = (trajectory.to_json() + "\n").encode("utf-8", "backslashreplace")
+        if type(trajectory.steps) is list:
+            # backslashreplace turns a lone surrogate into its JSON escape (see utf8_safe).
+            pieces: Iterable[bytes] = [
+                (trajectory.to_json() + "\n").encode("utf-8", "backslashreplace")
+            ]
+            expected = len(pieces[0])  # type: ignore[index]
+        else:  # steps held on disk (a long episode): written a piece at a time
+            pieces = _encoded_pieces(trajectory)
+            expected = getattr(trajectory.steps, "nbytes", 0)
         if self._file is None:
             self._open()
-        if self._size > 0 and self._size + len(data) > self.max_bytes:
+        if self._size > 0 and self._size + expected > self.max_bytes:
             self._close_file()
             self._index += 1
             self._open()
         handle = self._file
         assert handle is not None
+        written = 0
         try:
-            handle.write(data)
+            for data in pieces:
+                handle.write(data)
+                written += len(data)
             handle.flush()
         except BaseException:
             # The line may be half written: drop the handle so the next write reopens the
@@ -149,7 +160,7 @@ class JsonlSink:
             with contextlib.suppress(OSError):
                 handle.close()
             raise
-        self._size += len(data)
+        self._size += written
 
     def flush(self) -> None:
         """Push written lines to the disk (fsync)."""
@@ -166,6 +177,20 @@ class JsonlSink:
 
     def __repr__(self) -> str:
         return f"JsonlSink({str(self.folder)!r}, basename={self.basename!r})"
+
+
+def _encoded_pieces(trajectory: Trajectory) -> Iterator[bytes]:
+    """The trajectory's line in pieces of about a MiB each."""
+    batch: list[str] = []
+    size = 0
+    for part in trajectory.json_parts():
+        batch.append(part)
+        size += len(part)
+        if size >= 1 << 20:
+            yield "".join(batch).encode("utf-8", "backslashreplace")
+            batch, size = [], 0
+    batch.append("\n")
+    yield "".join(batch).encode("utf-8", "backslashreplace")
 
 
 def complete_size(path: str | os.PathLike) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -332,25 +333,40 @@ class Trajectory(_ValueEquality):
     def to_json(self) -> str:
         """One line of JSON (no newline); raw step content is spliced in undecoded."""
         return _object_json(
-            [
-                ("schema", _dump_json(self.schema)),
-                ("episode_id", _dump_json(self.episode_id)),
-                ("trace_id", _dump_json(self.trace_id)),
-                ("task_id", _dump_json(self.task_id)),
-                ("status", _dump_json(self.status)),
-                ("error", _dump_json(self.error.to_dict() if self.error else None)),
-                ("start_time", _optional_int_json(self.start_time)),
-                ("end_time", _optional_int_json(self.end_time)),
-                ("return", _number_json(self.return_)),
-                ("length", "%d" % self.length),
-                ("attributes", _dump_json(encode(self.attributes))),
-                ("steps", "[" + ",".join([step.to_json() for step in self.steps]) + "]"),
-                ("final_observation", content_json(self, "final_observation")),
-                ("reset_info", content_json(self, "reset_info")),
-                ("missing_steps", _dump_json(list(self.missing_steps))),
-                ("lossy", _dump_json(self.lossy) if self.lossy else "{}"),
-            ]
+            self._json_pairs("[" + ",".join([s.to_json() for s in self.steps]) + "]")
         )
+
+    def json_parts(self) -> Iterator[str]:
+        """``to_json`` in pieces, one step at a time: how a long episode's line is written
+        without holding it (steps on disk give their stored text)."""
+        pairs = self._json_pairs("[]")
+        at = [key for key, _ in pairs].index("steps")
+        head, tail = _object_json(pairs[:at]), _object_json(pairs[at + 1 :])
+        yield head[:-1] + ',"steps":['
+        texts = getattr(self.steps, "json_texts", None)
+        for number, text in enumerate(texts() if texts else (s.to_json() for s in self.steps)):
+            yield "," + text if number else text
+        yield "]," + tail[1:]
+
+    def _json_pairs(self, steps_json: str) -> list[tuple[str, str]]:
+        return [
+            ("schema", _dump_json(self.schema)),
+            ("episode_id", _dump_json(self.episode_id)),
+            ("trace_id", _dump_json(self.trace_id)),
+            ("task_id", _dump_json(self.task_id)),
+            ("status", _dump_json(self.status)),
+            ("error", _dump_json(self.error.to_dict() if self.error else None)),
+            ("start_time", _optional_int_json(self.start_time)),
+            ("end_time", _optional_int_json(self.end_time)),
+            ("return", _number_json(self.return_)),
+            ("length", "%d" % self.length),
+            ("attributes", _dump_json(encode(self.attributes))),
+            ("steps", steps_json),
+            ("final_observation", content_json(self, "final_observation")),
+            ("reset_info", content_json(self, "reset_info")),
+            ("missing_steps", _dump_json(list(self.missing_steps))),
+            ("lossy", _dump_json(self.lossy) if self.lossy else "{}"),
+        ]
 
     @classmethod
     def from_dict(cls, data: dict) -> Trajectory:
