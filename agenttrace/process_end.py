@@ -43,6 +43,9 @@ _watched: weakref.WeakSet[Any] = weakref.WeakSet()
 _lock = threading.Lock()
 _previous_sigterm: Any = None
 _sigterm_installed = False
+_handling_sigterm = False
+_ending = False  # end_all is running
+_deferred_sigterm: tuple[int, Any] | None = None  # a SIGTERM that came while it ran
 _finalizer_pid: int | None = None
 
 
@@ -61,12 +64,26 @@ def _ours() -> list[_Ending]:
 
 
 def end_all() -> None:
-    """Run the exit handler of every pipeline made in this process; never raises."""
-    for pipeline in _ours():
-        try:
-            pipeline._at_exit()
-        except Exception:
-            logger.debug("agenttrace: ending a pipeline failed", exc_info=True)
+    """Run the exit handler of every pipeline made in this process; never raises.
+
+    A SIGTERM that comes meanwhile (a process pool's worker gets one while it ends by itself)
+    is handled once this is done, so it cannot cut the writing short.
+    """
+    global _ending, _deferred_sigterm
+    if _ending:
+        return
+    _ending = True
+    try:
+        for pipeline in _ours():
+            try:
+                pipeline._at_exit()
+            except Exception:
+                logger.debug("agenttrace: ending a pipeline failed", exc_info=True)
+    finally:
+        _ending = False
+    deferred, _deferred_sigterm = _deferred_sigterm, None
+    if deferred is not None:
+        _on_sigterm(*deferred)
 
 
 def _flush_all() -> None:
@@ -97,14 +114,26 @@ def _install_sigterm_handler() -> None:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    previous = _previous_sigterm
-    if callable(previous):
-        # The program's own handler decides whether the process ends; it may let it finish
-        # its episode first. Write what is finished; exit handlers write the rest.
-        _flush_all()
-        previous(signum, frame)
+    global _handling_sigterm, _deferred_sigterm
+    if _handling_sigterm:
+        # A second SIGTERM while the first is handled: the first goes on to end the process
+        # once its pipelines are written.
         return
-    end_all()
+    if _ending:  # pipelines are being ended (a worker's finalizer): after that
+        _deferred_sigterm = (signum, frame)
+        return
+    _handling_sigterm = True
+    try:
+        previous = _previous_sigterm
+        if callable(previous):
+            # The program's own handler decides whether the process ends; it may let it
+            # finish its episode first. Write what is finished; exit handlers write the rest.
+            _flush_all()
+            previous(signum, frame)
+            return
+        end_all()
+    finally:
+        _handling_sigterm = False
     # What SIGTERM would have done without us: end the process, reported as killed by it.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,84 @@ def test_after_sigkill_the_episode_in_progress_is_rebuilt_from_the_span_file(
     assert in_progress.status == "incomplete"
     assert [s.action for s in in_progress.steps] == [0, 1]
     assert [s.observation for s in in_progress.steps][1:] == [{"i": 0}]
+
+
+VECTOR_ENV = textwrap.dedent(
+    """
+    import sys
+    import gymnasium as gym
+    import numpy as np
+    from agenttrace.instrument.wrappers import TracedEnv
+
+    def make():
+        return TracedEnv(gym.make("CartPole-v1"), task_id="vector")
+
+    if __name__ == "__main__":
+        envs = gym.vector.AsyncVectorEnv([make, make], context=sys.argv[1])
+        envs.reset(seed=0)
+        ended = steps = 0
+        resetting = np.zeros(2, dtype=bool)  # next-step autoreset: this call resets those
+        for _ in range(300):
+            steps += int(np.sum(~resetting))
+            _, _, terminated, truncated, _ = envs.step(np.ones(2, dtype=np.int64))
+            resetting = terminated | truncated
+            ended += int(np.sum(resetting))
+        envs.close()
+        print("ended", ended, "steps", steps)
+    """
+)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_vector_envs_workers_write_every_episode_when_it_closes(tmp_path, method):
+    """AsyncVectorEnv's close() ends its workers: each writes the episodes its sub-env ended
+    (as many as the parent saw end) and the one it was playing (ended by the close)."""
+    done = run_script(
+        tmp_path, VECTOR_ENV, method, AGENTTRACE_OUT=str(tmp_path / "runs"), timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    _, ended, _, steps = done.stdout.split()
+    ended, steps = int(ended), int(steps)
+    trajectories = load_trajectories(tmp_path / "runs")
+    statuses = Counter(t.status for t in trajectories)
+    assert statuses["completed"] + statuses["truncated"] == ended > 0
+    # (always pushing right, CartPole ends within a few dozen steps: many episodes per worker)
+    assert statuses["aborted"] == 2, statuses  # the episode each sub-env was in at close
+    assert sum(len(t.steps) for t in trajectories) == steps
+
+
+POOL = textwrap.dedent(
+    """
+    import concurrent.futures, multiprocessing, sys
+    import agenttrace as at
+
+    def play(n):
+        with at.episode(task_id=f"task-{n}"):
+            with at.env_step() as s:
+                s.record_result(({"n": n}, 1.0, True, False, {}))
+        return n
+
+    if __name__ == "__main__":
+        context = multiprocessing.get_context(sys.argv[1])
+        if sys.argv[2] == "pool":  # leaving the with block terminates the workers (SIGTERM)
+            with context.Pool(2) as pool:
+                done = pool.map(play, range(40))
+        else:
+            with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as executor:
+                done = list(executor.map(play, range(40)))
+        print("played", len(done))
+    """
+)
+
+
+@pytest.mark.parametrize("pool", ["pool", "executor"])
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_process_pool_workers_write_every_episode_when_the_pool_ends(tmp_path, method, pool):
+    done = run_script(
+        tmp_path, POOL, method, pool, AGENTTRACE_OUT=str(tmp_path / "runs"), timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    assert "played 40" in done.stdout
+    trajectories = load_trajectories(tmp_path / "runs")
+    assert sorted(t.task_id for t in trajectories) == sorted(f"task-{n}" for n in range(40))
+    assert all(t.status == "completed" for t in trajectories)

@@ -23,7 +23,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from agenttrace import semconv as sc
+from agenttrace.processing.writer import DEFAULT_MAX_EPISODE_BYTES
 from agenttrace.sinks.single_file import SingleFileWriter, output_kind
 from agenttrace.storage.http import BackendError, parse_headers
 from agenttrace.storage.otlp_json import SpanFormatError
@@ -190,6 +191,15 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "every episode at the end (for per-process span files read one after the other; "
         "memory then grows with the input)",
     )
+    parser.add_argument(
+        "--max-episode-bytes",
+        type=int_at_least(1, "at least 1"),
+        default=DEFAULT_MAX_EPISODE_BYTES,
+        metavar="BYTES",
+        help="memory one episode's spans may hold; a longer episode is rebuilt a stretch of "
+        "steps at a time, its finished steps kept in a temporary file, as in a live run "
+        f"(default: {DEFAULT_MAX_EPISODE_BYTES}, the max_episode_bytes setting's default)",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress, no summary")
     return parser
 
@@ -210,6 +220,21 @@ def _moment(text: str) -> _dt.datetime:
             f"{text!r} is neither an ISO 8601 time nor an age like 90m, 6h, 2d"
         ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=_dt.timezone.utc)
+
+
+def int_at_least(minimum: int, wording: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {wording}, got {value}")
+        return value
+
+    return parse
 
 
 def _grace(text: str) -> int | None:
@@ -402,7 +427,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         _rebuild(
             source,
             restore,
-            StreamingAssembler(grace=args.grace),
+            StreamingAssembler(grace=args.grace, max_episode_bytes=args.max_episode_bytes),
             episode_filter,
             _emitter(args.format, kind, writer, report),
             report,
@@ -567,7 +592,7 @@ def _emitter(fmt: str, kind: str, writer: SingleFileWriter, report: ExportReport
             if kind == "parquet":
                 writer.write_batch(trajectory_to_batch(trajectory, schema))
             else:
-                writer.write_line(trajectory.to_json())
+                writer.write_trajectory(trajectory)
             report.rows += 1
             return
         rows = chat_rows(trajectory)

@@ -21,7 +21,7 @@ import shlex
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from agenttrace._version import __version__
 from agenttrace.cli import demo as demo_task
 from agenttrace.cli import episode_view
 from agenttrace.cli import export as export_command
+from agenttrace.cli.export import int_at_least
 from agenttrace.cli.summary import render_summary, summarize
 from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
 from agenttrace.sinks.files import safe_filename
@@ -58,23 +59,8 @@ _NOT_LOSSES = frozenset(
 )
 
 
-def _int_at_least(minimum: int, wording: str) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {wording}, got {value}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1, "at least 1")
-_non_negative_int = _int_at_least(0, "0 or more")
+_positive_int = int_at_least(1, "at least 1")
+_non_negative_int = int_at_least(0, "0 or more")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,7 +45,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from agenttrace.processing._worker import BackgroundWorker
+from agenttrace.processing._worker import BackgroundWorker, leave_signals_to_the_main_thread
 
 logger = logging.getLogger("agenttrace")
 
@@ -394,6 +394,7 @@ def _call_bounded(fn: Callable[[], Any], timeout: float) -> None:
     """Call ``fn``, waiting for it at most ``timeout`` seconds (it goes on in a daemon thread)."""
 
     def call() -> None:
+        leave_signals_to_the_main_thread()
         try:
             fn()
         except Exception:

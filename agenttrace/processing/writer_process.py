@@ -52,6 +52,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from agenttrace import semconv as sc
+from agenttrace.processing._worker import leave_signals_to_the_main_thread
 from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.processing.writer import (
     EpisodeSpans,
@@ -250,6 +251,7 @@ class _Helper:
             raise HelperUnavailable(str(exc)) from exc
 
     def _read_replies(self) -> None:
+        leave_signals_to_the_main_thread()
         stdout = self.process.stdout
         assert stdout is not None
         try:
@@ -753,14 +755,23 @@ class _ForwardLogs(logging.Handler):
 def serve() -> None:
     """The helper's main loop: read requests until the parent closes its end of the pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent; we finish files
+    # (started from an agenttrace thread, it inherited a mask that blocks SIGTERM: undo it)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the reply pipe
     requests = os.fdopen(0, "rb", buffering=0)
     send_lock = threading.Lock()
 
+    gone = []  # non-empty once the parent stopped reading (it was killed): keep writing
+
     def send(message: Any) -> None:
+        if gone:
+            return
         with send_lock:
-            _send_frame(replies, message)
+            try:
+                _send_frame(replies, message)
+            except OSError:
+                gone.append(True)
 
     agenttrace_logger = logging.getLogger("agenttrace")
     agenttrace_logger.addHandler(_ForwardLogs(send))

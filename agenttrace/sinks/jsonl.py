@@ -137,7 +137,7 @@ class JsonlSink:
             ]
             expected = len(pieces[0])  # type: ignore[index]
         else:  # steps held on disk (a long episode): written a piece at a time
-            pieces = _encoded_pieces(trajectory)
+            pieces = line_pieces(trajectory)
             expected = getattr(trajectory.steps, "nbytes", 0)
         if self._file is None:
             self._open()
@@ -179,8 +179,9 @@ class JsonlSink:
         return f"JsonlSink({str(self.folder)!r}, basename={self.basename!r})"
 
 
-def _encoded_pieces(trajectory: Trajectory) -> Iterator[bytes]:
-    """The trajectory's line in pieces of about a MiB each."""
+def line_pieces(trajectory: Trajectory) -> Iterator[bytes]:
+    """The trajectory's JSONL line (newline included) in pieces of about a MiB each: a long
+    episode's steps on disk are copied through, never held whole."""
     batch: list[str] = []
     size = 0
     for part in trajectory.json_parts():

@@ -13,7 +13,9 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from agenttrace.sinks.jsonl import line_pieces
 from agenttrace.sinks.parquet import _require_pyarrow
+from agenttrace.trajectory.model import Trajectory
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 
@@ -56,6 +58,13 @@ class SingleFileWriter:
         assert self._text is not None, "write_line is for .jsonl outputs"
         # backslashreplace turns a lone surrogate into its JSON escape (see files.utf8_safe).
         self._text.write(text.encode("utf-8", "backslashreplace") + b"\n")
+        self.rows += 1
+
+    def write_trajectory(self, trajectory: Trajectory) -> None:
+        """A trajectory's line, written a piece at a time (a long episode is not held whole)."""
+        assert self._text is not None, "write_trajectory is for .jsonl outputs"
+        for piece in line_pieces(trajectory):
+            self._text.write(piece)
         self.rows += 1
 
     def write_batch(self, batch: Any) -> None:

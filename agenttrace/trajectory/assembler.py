@@ -84,8 +84,10 @@ class EpisodeAssembly:
         *,
         trusted_scope: str | None = None,
         max_bytes: int | None = None,
+        on_let_go: Callable[[list[SpanRecord]], None] | None = None,
     ) -> None:
         self.episode_id = episode_id
+        self._on_let_go = on_let_go  # told which records a finished stretch let go
         self._trusted = trusted_scope
         self._max_bytes = max_bytes
         self._settle_at = max_bytes
@@ -108,8 +110,9 @@ class EpisodeAssembly:
         self._lossy: dict[str, str] = {}
 
     @property
-    def steps_seen(self) -> int:
-        return len(self._seen)
+    def empty(self) -> bool:
+        """Whether no record was added yet."""
+        return self._first is None
 
     @property
     def ended(self) -> bool:
@@ -221,6 +224,8 @@ class EpisodeAssembly:
         self._returned, self._previous_index = returned, previous
         self._settled_upto = upto
         self.records = kept
+        if self._on_let_go is not None:
+            self._on_let_go(let_go)
         self.retained_bytes = size = sum(_retained_size(record) for record in kept)
         limit = self._max_bytes or 0
         # (a window that would not shrink, one huge step say, is not settled again at once)
@@ -373,7 +378,7 @@ class _IndexSet:
 def _retained_size(record: SpanRecord) -> int:
     """Rough bytes a record holds in memory: a fixed cost plus its attribute text."""
     attributes = record.attributes
-    size = 400 + 90 * len(attributes)
+    size = 560 + 90 * len(attributes)
     for value in attributes.values():
         if type(value) is str:
             size += len(value)

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from agenttrace import semconv as sc
-from agenttrace.trajectory.assembler import build_trajectory
+from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord
 
@@ -68,22 +68,22 @@ class AssemblyCounts:
     unrelated: int = 0  # records that belong to no episode
 
 
-@dataclass
 class _OpenEpisode:
-    order: int  # sequence number of its first record, for finish()'s order
-    records: list[SpanRecord] = field(default_factory=list)
-    keys: list[SpanKey] = field(default_factory=list)  # the records' span keys, in order
-    ended: bool = False
-    length: int | None = None
-    steps_seen: set[int] = field(default_factory=set)
-    due: int | None = None  # sequence number at which it is written
+    __slots__ = ("assembly", "due", "order")
+
+    def __init__(self, order: int, assembly: EpisodeAssembly) -> None:
+        self.order = order  # sequence number of its first record, for finish()'s order
+        self.assembly = assembly
+        self.due: int | None = None  # sequence number at which it is written
 
 
 class StreamingAssembler:
     """Feed span records in any order; get each trajectory once its episode is complete.
 
     ``grace=None`` never writes early (everything comes out of :meth:`finish`), which is what
-    :func:`assemble` uses. ``trusted_scope`` is passed on to ``build_trajectory``.
+    :func:`assemble` uses. ``trusted_scope`` is passed on to the assembler; an episode whose
+    records pass ``max_episode_bytes`` is rebuilt a stretch of steps at a time, as live
+    (:class:`~agenttrace.trajectory.assembler.EpisodeAssembly`).
     """
 
     def __init__(
@@ -92,8 +92,10 @@ class StreamingAssembler:
         grace: int | None = 1_000,
         orphan_window: int = 100_000,
         trusted_scope: str | None = None,
+        max_episode_bytes: int | None = None,
     ) -> None:
         self.counts = AssemblyCounts()
+        self._max_episode_bytes = max_episode_bytes
         self._grace = grace
         self._orphan_window = orphan_window
         self._trusted = trusted_scope
@@ -179,12 +181,17 @@ class StreamingAssembler:
         """Add ``record`` (and the orphans waiting for it, recursively) to an open episode."""
         episode = self._open.get(episode_id)
         if episode is None:
-            episode = self._open[episode_id] = _OpenEpisode(order=sequence)
+            assembly = EpisodeAssembly(
+                episode_id,
+                trusted_scope=self._trusted,
+                max_bytes=self._max_episode_bytes,
+                on_let_go=self._let_go,
+            )
+            episode = self._open[episode_id] = _OpenEpisode(sequence, assembly)
         owner = self._owner
         written = self._written_spans
         waiting = self._waiting
-        records = episode.records
-        keys = episode.keys
+        taken: list[SpanRecord] = []
         pending: list[SpanRecord] | None = None  # orphans to add, last first
         while True:
             trace_id, span_id = record.trace_id, record.span_id
@@ -198,15 +205,7 @@ class StreamingAssembler:
                 self.counts.late += 1
             else:
                 owner[key] = episode_id
-                records.append(record)
-                keys.append(key)
-                name = record.name  # _note, inline
-                if name in _STEP_ROLES:
-                    index = record.attributes.get(_TIMESTEP_INDEX)
-                    if type(index) is int:
-                        episode.steps_seen.add(index)
-                elif name == _EPISODE and record.end_time is not None:
-                    self._note(episode, record)
+                taken.append(record)
                 if waiting:
                     orphans = waiting.pop(key, None)
                     if orphans:
@@ -216,44 +215,42 @@ class StreamingAssembler:
             if not pending:
                 break
             record = pending.pop()
-        if not records:  # its only record repeats a span of another episode
+        assembly = episode.assembly
+        if taken:
+            assembly.add(taken)
+        elif assembly.empty:  # its only record repeats a span of another episode
             del self._open[episode_id]
             return
         if (
-            episode.ended
-            and episode.due is None
+            episode.due is None
             and self._grace is not None
-            and _is_complete(episode)
+            and assembly.ended
+            and _is_complete(assembly)
         ):
             episode.due = sequence + self._grace
             self._due.append((episode.due, episode_id))
 
-    @staticmethod
-    def _note(episode: _OpenEpisode, record: SpanRecord) -> None:
-        name = record.name
-        if name in _STEP_ROLES:
-            index = record.attributes.get(_TIMESTEP_INDEX)
-            if type(index) is int:
-                episode.steps_seen.add(index)
-        elif name == sc.EPISODE and record.end_time is not None:
-            episode.ended = True
-            length = record.attributes.get(sc.EPISODE_LENGTH)
-            episode.length = length if type(length) is int else None
+    def _let_go(self, records: list[SpanRecord]) -> None:
+        """Records of a long episode's finished stretch: remembered as written."""
+        owner = self._owner
+        written = self._written_spans
+        for record in records:
+            key = _span_key(record.trace_id, record.span_id)
+            owner.pop(key, None)
+            written[key] = None
+        _forget_oldest(written, _REMEMBERED)
 
     def _write(self, episode_id: str) -> Trajectory:
         episode = self._open.pop(episode_id)
-        trajectory = build_trajectory(episode.records, episode_id, trusted_scope=self._trusted)
+        assembly = episode.assembly
+        trajectory = assembly.trajectory()
         if trajectory.status == sc.STATUS_INCOMPLETE:
             self.counts.incomplete += 1
         else:
             self.counts.complete += 1
-        written = self._written_spans
-        owner = self._owner
-        for key in episode.keys:
-            del owner[key]
-        written.update(dict.fromkeys(episode.keys))
+        self.counts.late += assembly.late
+        self._let_go(assembly.records)
         self._written_episodes[episode_id] = None
-        _forget_oldest(written, _REMEMBERED)
         _forget_oldest(self._written_episodes, _REMEMBERED)
         return trajectory
 
@@ -269,15 +266,9 @@ class StreamingAssembler:
 _NOTHING: tuple[Trajectory, ...] = ()
 
 
-def _is_complete(episode: _OpenEpisode) -> bool:
-    if not episode.ended:
-        return False
-    if episode.length is None:
-        return True
-    seen = episode.steps_seen
-    if len(seen) < episode.length:  # (cheap, and the usual answer until the last step)
-        return False
-    return all(index in seen for index in range(episode.length))
+def _is_complete(assembly: EpisodeAssembly) -> bool:
+    length = assembly.length
+    return length is None or assembly.has_steps(length)
 
 
 def _forget_oldest(remembered: dict, limit: int) -> None:
