@@ -137,6 +137,11 @@ class TrajectoryProcessor(SpanProcessor):
         self._closed = False
         self._counts: Counter[str] = Counter()
         self._warned: set[str] = set()
+        # Spans queued for the writer thread and not yet written (see _enqueue).
+        self._room = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._max_in_flight = queue_size
+        self._closing = False
         self._worker = BackgroundWorker(
             "agenttrace-trajectory-writer",
             self._write_batch,
@@ -210,12 +215,39 @@ class TrajectoryProcessor(SpanProcessor):
         taken = _take(episode.pending)
         if taken:
             episode.streamed += len(taken)
-            if not self._worker.put(EpisodeSpans(episode_id, taken), len(taken)):
+            if not self._enqueue(EpisodeSpans(episode_id, taken), len(taken)):
                 self._count("spans_dropped_queue_full", len(taken))
 
     def _put_spans(self, records: list[SpanRecord]) -> None:
-        if not self._worker.put(records, len(records)):
+        if not self._enqueue(records, len(records)):
             self._count("spans_dropped_queue_full", len(records))
+
+    def _enqueue(self, item: Any, spans: int) -> bool:
+        """Queue an item for the writer thread. While ``queue_size`` spans are on their way
+        to the writer already, wait (up to ``block_timeout``) for it to catch up: a loop
+        that outruns the writer is slowed down, not allowed to fill memory."""
+        room = self._room
+        with room:
+            if (
+                self._in_flight
+                and self._in_flight + spans > self._max_in_flight
+                and not self._closing
+                and threading.current_thread() is not self._worker._thread
+            ):
+                self._count("waits_for_writer")
+                room.wait_for(
+                    lambda: self._in_flight + spans <= self._max_in_flight, self._block_timeout
+                )
+            self._in_flight += spans
+        if self._worker.put(item, spans):
+            return True
+        self._done_with(spans)
+        return False
+
+    def _done_with(self, spans: int) -> None:
+        with self._room:
+            self._in_flight -= spans
+            self._room.notify_all()
 
     def _track(self, episode_id: str, root_span_id: int) -> _Episode | None:
         """The open episode; a new one only for an episode span (``root_span_id`` given).
@@ -258,7 +290,7 @@ class TrajectoryProcessor(SpanProcessor):
                 self._written.popitem(last=False)
         if expired:
             self._count("episodes_expired_idle")
-        if not self._worker.put(_Ended(episode_id, episode), len(episode.pending)):
+        if not self._enqueue(_Ended(episode_id, episode), len(episode.pending)):
             self._count("episodes_dropped_queue_full")
         elif self._flush_each_episode and not expired:
             self._worker.flush(self._block_timeout)
@@ -266,7 +298,11 @@ class TrajectoryProcessor(SpanProcessor):
     # --- writer thread ---------------------------------------------------------------------
 
     def _write_batch(self, items: list[Any]) -> None:
-        self.writer.write([self._finished(i) if type(i) is _Ended else i for i in items])
+        spans = sum(_spans_in(item) for item in items)
+        try:
+            self.writer.write([self._finished(i) if type(i) is _Ended else i for i in items])
+        finally:
+            self._done_with(spans)
 
     def _finished(self, ended: _Ended) -> FinishedEpisode:
         """An ended episode with the records it got since it was last handed over."""
@@ -329,6 +365,7 @@ class TrajectoryProcessor(SpanProcessor):
     def shutdown(self, timeout_millis: int = 30_000) -> None:
         if self._closed:
             return
+        self._closing = True  # (the exit deadline bounds the wait for the writer from now)
         with self._lock:
             still_open = list(self._open)
         for episode_id in still_open:
@@ -415,6 +452,13 @@ class _Ended(NamedTuple):
     episode: _Episode
 
 
+def _spans_in(item: Any) -> int:
+    """The spans an item was queued with (see ``_enqueue``)."""
+    if type(item) is _Ended:
+        return len(item.episode.pending)
+    return len(item.records) if type(item) is EpisodeSpans else len(item)
+
+
 def _take(pending: deque[SpanRecord]) -> list[SpanRecord]:
     """The records in ``pending`` now, taken from the left (callers may append meanwhile)."""
     return [pending.popleft() for _ in range(len(pending))]
@@ -442,6 +486,7 @@ _WRITER_COUNTERS = (
 )
 _ALL_COUNTERS = (
     *_LOSS_COUNTERS,
+    "waits_for_writer",
     "episodes_expired_idle",
     "episodes_open_at_shutdown",
     "spans_of_remote_episodes",
