@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 
 import pytest
-from conftest import read_run
+from conftest import exported, read_run
 
 import agenttrace as at
 from agenttrace import semconv as sc
+from agenttrace.sinks import load_trajectories
 from agenttrace.storage.otlp_json import read_otlp_json
 from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.spill import SpilledSteps
@@ -142,6 +144,7 @@ def test_spilled_steps_read_back_like_a_list(agent_run) -> None:
     assert steps != live.steps[:-1]
     with pytest.raises(IndexError):
         steps[STEPS]
+    assert pickle.loads(pickle.dumps(steps)) == live.steps  # as a plain list
     texts = list(steps.json_texts())
     assert texts == [step.to_json() for step in live.steps]
     assert steps.nbytes == sum(len(text.encode()) + 1 for text in texts)
@@ -158,3 +161,22 @@ def test_a_record_for_a_finished_stretch_is_left_out_and_counted(agent_run) -> N
     assembly.add(step_zero)  # again, after step 0 was finished and let go
     assert assembly.late == 1
     assert len(assembly.trajectory().steps) == STEPS
+
+
+@pytest.mark.parametrize("writer", ["process", "thread"])
+def test_live_and_exported_long_episodes_are_the_same_line(tmp_path, writer) -> None:
+    """Both rebuild in stretches (the live writer and ``agenttrace export``) and write the
+    trajectory's line a piece at a time; the two lines are byte for byte the same."""
+    runtime = at.configure(
+        out=str(tmp_path), run_name="long", writer=writer, max_episode_bytes=60_000
+    )
+    truth = _play_agent_episode(STEPS)
+    runtime.shutdown()
+    (live_path,) = runtime.trajectory_paths
+    (live,) = load_trajectories(live_path)
+    _check_against_truth(live, truth)
+    assert runtime.stats()["spans_too_late_for_step"] == 0
+    spans = str(tmp_path / "long" / "spans*.jsonl")
+    (offline,) = exported(spans, tmp_path / "rebuilt.jsonl", "--max-episode-bytes", "60000")
+    assert offline == live
+    assert (tmp_path / "rebuilt.jsonl").read_bytes() == live_path.read_bytes()

@@ -218,20 +218,29 @@ def test_round_trip_types_are_exact() -> None:
     assert exception.attributes["exception.message"] == "bad action: 'jump'\nline two"
 
 
-def test_encoding_is_grouped_by_resource_and_scope() -> None:
+def test_encoding_keeps_the_record_order_in_runs_of_resource_and_scope() -> None:
     records = sdk_records()
-    document = json.loads(encode_lines(records))
-    blocks = document["resourceSpans"]
-    services = [
-        {a["key"]: a["value"] for a in b["resource"]["attributes"]}["service.name"] for b in blocks
+    shuffled = records[1:] + records[:1] + records[2:4]  # resources and scopes interleaved
+    shuffled = [r._replace(span_id=n + 1) for n, r in enumerate(shuffled)]
+    document = json.loads(encode_lines(shuffled))
+    groups = [
+        (
+            {a["key"]: a["value"] for a in block["resource"]["attributes"]}["service.name"][
+                "stringValue"
+            ],
+            scope["scope"]["name"],
+            [span["name"] for span in scope["spans"]],
+        )
+        for block in document["resourceSpans"]
+        for scope in block["scopeSpans"]
     ]
-    assert services == [{"stringValue": "learner"}, {"stringValue": "env-server"}]
-    scopes = [s["scope"] for s in blocks[0]["scopeSpans"]]
-    assert scopes == [
-        {"name": "agenttrace.test", "version": "1.2.3"},
-        {"name": "other.library"},
-    ]
-    assert sum(len(s["spans"]) for b in blocks for s in b["scopeSpans"]) == len(records)
+    # One group per run: no two neighbours share both resource and scope...
+    assert all(a[:2] != b[:2] for a, b in zip(groups, groups[1:], strict=False))
+    assert {service for service, _, _ in groups} == {"learner", "env-server"}
+    # ...and the records come back in the order they were written.
+    assert [name for *_, names in groups for name in names] == [r.name for r in shuffled]
+    decoded = list(iter_records([encode_lines(shuffled)]))
+    assert [r.span_id for r in decoded] == [r.span_id for r in shuffled]
 
 
 def test_encoded_fields_follow_the_otlp_json_mapping() -> None:

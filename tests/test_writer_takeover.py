@@ -12,7 +12,13 @@ import pytest
 
 import agenttrace as at
 from agenttrace.processing import writer_process
-from agenttrace.processing.writer import EpisodeWriter, FinishedEpisode, SinkSpec, WriterSpec
+from agenttrace.processing.writer import (
+    EpisodeSpans,
+    EpisodeWriter,
+    FinishedEpisode,
+    SinkSpec,
+    WriterSpec,
+)
 from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks import load_trajectories
 from agenttrace.storage import read_otlp_json
@@ -172,3 +178,40 @@ def test_what_is_kept_is_bounded(tmp_path, episodes) -> None:
     report = writer.report()
     assert report["episodes_lost_writer_crash"] == 3
     assert report["spans_lost_writer_crash"] == 3 * SPANS
+
+
+@pytest.mark.parametrize("span_file", [True, False])
+def test_an_open_episode_the_helper_held_goes_on_after_it_dies(
+    tmp_path, episodes, caplog, span_file
+) -> None:
+    """The helper held an open episode's first spans (confirmed) when it died: the stand-in
+    reads them back from the span file and writes the episode whole; without a span file
+    they are counted lost and the episode comes out incomplete."""
+    spec = spec_for(tmp_path)
+    if not span_file:
+        spec = spec._replace(span_file=None)
+    writer = RemoteWriter(spec)
+    assert writer.in_helper_process
+    episode = episodes[0]
+    first, rest = episode.records[:4], episode.records[4:]  # steps 0 and 1, then the rest
+    writer.write([EpisodeSpans(episode.episode_id, first)])
+    writer.flush()  # confirmed: only the helper holds them now
+    process = stop_helper()
+    process.kill()  # type: ignore[attr-defined]
+    process.wait(10)  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="agenttrace"):
+        writer.write([episode._replace(records=rest, streamed=len(first))])
+        writer.close()
+    assert not writer.in_helper_process
+    (trajectory,) = load_trajectories(tmp_path / "trajectories.jsonl")
+    report = writer.report()
+    if span_file:
+        assert trajectory == build_trajectory(episode.records, episode.episode_id)
+        assert trajectory.status == "completed" and len(trajectory.steps) == 3
+        assert report["spans_lost_writer_crash"] == 0
+        spans = list(read_otlp_json(tmp_path / "spans.jsonl"))
+        assert len(spans) == SPANS  # each once
+    else:
+        assert trajectory.status == "incomplete"
+        assert trajectory.missing_steps == [0, 1]
+        assert report["spans_lost_writer_crash"] == len(first)

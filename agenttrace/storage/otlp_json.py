@@ -365,15 +365,19 @@ _SPAN_HEAD = '{"traceId":"%s","spanId":"%016x",%s"name":%s,"kind":%d,"startTimeU
 
 
 def encode_lines(records: Iterable[SpanRecord]) -> str:
-    """One OTLP/JSON line (no newline) holding ``records``, grouped by resource and scope.
+    """One OTLP/JSON line (no newline) holding ``records`` in their order: each run of
+    records with the same resource and scope is one group (a ``resourceSpans`` entry per run of
+    one resource, a ``scopeSpans`` entry per run of one scope), so readers get the records back
+    in the order they were written (the order spans ended, which a long episode's rebuild
+    relies on).
 
     The result is what the Collector's file exporter writes per batch, valid for ``json.loads``
     (NaN and infinities become the strings OTLP/JSON uses). Open spans (``end_time`` None)
     are written without ``endTimeUnixNano``.
     """
-    # resource text -> (scope name, scope version) -> pieces of span texts, each span ending
-    # in a comma; first appearance order.
-    groups: dict[str, dict[tuple[str, str | None], list[str]]] = {}
+    # (resource text, (scope name, scope version), pieces of span texts each ending in a
+    # comma), one per run of records with the same resource and scope, in order.
+    runs: list[tuple[str, tuple[str, str | None], list[str]]] = []
     # id(resource mapping) -> (mapping, its text); holding the mapping keeps the id valid.
     resources: dict[int, tuple[Any, str]] = {}
     last_resource: Any = _NOTHING
@@ -423,7 +427,8 @@ def encode_lines(records: Iterable[SpanRecord]) -> str:
                 entry = resources[id(resource)] = (resource, text)
             last_resource = resource
             last_scope = (scope_name, scope_version)
-            pieces = groups.setdefault(entry[1], {}).setdefault(last_scope, [])
+            pieces = []
+            runs.append((entry[1], last_scope, pieces))
             append = pieces.append
         if trace_id != last_trace_id:  # a batch is mostly one trace: format its id once
             trace_text = "%032x" % trace_id
@@ -466,17 +471,21 @@ def encode_lines(records: Iterable[SpanRecord]) -> str:
         else:
             append('"status":%s},' % _status(status_code, status_message))
     out = ['{"resourceSpans":[']
-    for resource_text, scopes in groups.items():
-        out.append(resource_text)
-        for scope, span_pieces in scopes.items():
-            out.append(_scope_head(*scope))
-            span_pieces[-1] = span_pieces[-1][:-1]  # the last span's comma
-            out.extend(span_pieces)
-            out.append("]},")
-        out[-1] = "]}"  # no comma after the last scope
+    current: str | None = None
+    for resource_text, scope, span_pieces in runs:
+        if resource_text is not current:  # (one text object per resource in this line)
+            if current is not None:
+                out[-1] = "]}"  # no comma after the resource's last scope
+                out.append("]},")
+            out.append(resource_text)
+            current = resource_text
+        out.append(_scope_head(*scope))
+        span_pieces[-1] = span_pieces[-1][:-1]  # the last span's comma
+        out.extend(span_pieces)
         out.append("]},")
-    if groups:
-        out[-1] = "]}"  # no comma after the last resource
+    if runs:
+        out[-1] = "]}"  # no comma after the last scope
+        out.append("]}")  # nor after the last resource
     out.append("]}")
     return "".join(out)
 

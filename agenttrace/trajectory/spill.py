@@ -87,6 +87,10 @@ class SpilledSteps(Sequence[Step]):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (sent to another process) as the plain list of its steps."""
+        return (list, (list(self),))
+
     def __repr__(self) -> str:
         return f"<SpilledSteps: {len(self)} steps, {self._end} bytes on disk>"
 
