@@ -298,7 +298,20 @@ class TrajectoryProcessor(SpanProcessor):
     # --- writer thread ---------------------------------------------------------------------
 
     def _write_batch(self, items: list[Any]) -> None:
-        spans = sum(_spans_in(item) for item in items)
+        """Hand the items to the writer in parts of about ``_WRITE_AFTER_SPANS`` spans (a
+        helper process gets each part as one message, which is built in memory)."""
+        part: list[Any] = []
+        spans = 0
+        for item in items:
+            part.append(item)
+            spans += _spans_in(item)
+            if spans >= _WRITE_AFTER_SPANS:
+                self._write_part(part, spans)
+                part, spans = [], 0
+        if part:
+            self._write_part(part, spans)
+
+    def _write_part(self, items: list[Any], spans: int) -> None:
         try:
             self.writer.write([self._finished(i) if type(i) is _Ended else i for i in items])
         finally:
@@ -469,6 +482,8 @@ def _take(pending: deque[SpanRecord]) -> list[SpanRecord]:
 _WAKE_AFTER_SPANS = 256
 #: An open episode's pending records are queued for the writer once this many wait.
 _HAND_OVER_AFTER_SPANS = 4096
+#: The writer thread hands the writer at most about this many spans at a time.
+_WRITE_AFTER_SPANS = 8192
 
 _LOSS_COUNTERS = (
     "episodes_dropped_open_limit",
