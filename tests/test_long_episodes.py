@@ -13,6 +13,7 @@ from agenttrace import semconv as sc
 from agenttrace.sinks import load_trajectories
 from agenttrace.storage.otlp_json import read_otlp_json
 from agenttrace.trajectory.assembler import EpisodeAssembly
+from agenttrace.trajectory.records import SpanRecord
 from agenttrace.trajectory.spill import SpilledSteps
 
 STEPS = 240
@@ -180,3 +181,71 @@ def test_live_and_exported_long_episodes_are_the_same_line(tmp_path, writer) -> 
     (offline,) = exported(spans, tmp_path / "rebuilt.jsonl", "--max-episode-bytes", "60000")
     assert offline == live
     assert (tmp_path / "rebuilt.jsonl").read_bytes() == live_path.read_bytes()
+
+
+def _synthetic_episode(steps: int) -> list[SpanRecord]:
+    """Spans as another tool writes them, in the order they end: no agent.act, observations
+    only in what env.reset and env.step return, no return or length on the episode span,
+    and text the storage cut (not JSON any more) in step 3's info."""
+    trace = 0xABC
+    records = [
+        SpanRecord(trace, 2, 1, sc.ENV_RESET, 10, 11, {sc.EPISODE_ID: "e", sc.OBSERVATION: "[0]"})
+    ]
+    for t in range(steps):
+        start = 100 + 10 * t
+        step_id, env_id = 1000 + t, 5000 + t
+        info = '{"cut": tr' if t == 3 else '{"t": %d}' % t
+        attributes = {
+            sc.EPISODE_ID: "e",
+            sc.TIMESTEP_INDEX: t,
+            sc.OBSERVATION: "[%d]" % (t + 1),
+            sc.REWARD: float(t % 4),
+            sc.TERMINATED: t == steps - 1,
+            sc.INFO: info,
+        }
+        records.append(
+            SpanRecord(trace, env_id, step_id, sc.ENV_STEP, start + 1, start + 8, attributes)
+        )
+        records.append(
+            SpanRecord(
+                trace, step_id, 1, sc.TIMESTEP, start, start + 9,
+                {sc.EPISODE_ID: "e", sc.TIMESTEP_INDEX: t},
+                lossy={"@times": "kept to the microsecond"} if t == 5 else {},
+            )
+        )  # fmt: skip
+    records.append(SpanRecord(trace, 1, 0, sc.EPISODE, 5, 100 + 10 * steps, {sc.EPISODE_ID: "e"}))
+    return records
+
+
+@pytest.mark.parametrize("max_bytes", [3_000, 8_000])
+def test_a_stretched_rebuild_carries_observations_returns_and_losses_across_stretches(
+    max_bytes,
+) -> None:
+    records = _synthetic_episode(60)
+    assembly = EpisodeAssembly(max_bytes=max_bytes)
+    for record in records:
+        assembly.add([record])
+    trajectory = assembly.trajectory()
+    assert isinstance(trajectory.steps, SpilledSteps)
+    whole = at.build_trajectory(records)
+    assert trajectory == whole
+    # the independent truth: what _synthetic_episode wrote
+    assert [s.observation for s in trajectory.steps] == [[t] for t in range(60)]
+    assert trajectory.final_observation == [60]
+    assert trajectory.return_ == float(sum(t % 4 for t in range(60)))
+    assert trajectory.status == sc.STATUS_COMPLETED and trajectory.length == 60
+    assert trajectory.lossy.keys() == {"steps[3].info", "times"}  # (the timestep's mark)
+    assert "cut by the trace storage" in trajectory.lossy["steps[3].info"]
+
+
+def test_every_late_record_is_counted_once() -> None:
+    records = _synthetic_episode(60)
+    assembly = EpisodeAssembly(max_bytes=3_000)
+    for record in records[:-1]:
+        assembly.add([record])
+    early = [r for r in records if r.attributes.get(sc.TIMESTEP_INDEX) in (0, 1, 2)]
+    assembly.add(early[:2])
+    assembly.add(early[2:])
+    assembly.add(records[-1:])
+    assert assembly.late == len(early) == 6
+    assert len(assembly.trajectory().steps) == 60

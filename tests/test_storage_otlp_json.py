@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import itertools
 import json
 import math
 import os
@@ -235,7 +236,7 @@ def test_encoding_keeps_the_record_order_in_runs_of_resource_and_scope() -> None
         for scope in block["scopeSpans"]
     ]
     # One group per run: no two neighbours share both resource and scope...
-    assert all(a[:2] != b[:2] for a, b in zip(groups, groups[1:], strict=False))
+    assert all(a[:2] != b[:2] for a, b in itertools.pairwise(groups))
     assert {service for service, _, _ in groups} == {"learner", "env-server"}
     # ...and the records come back in the order they were written.
     assert [name for *_, names in groups for name in names] == [r.name for r in shuffled]
