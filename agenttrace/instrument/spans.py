@@ -40,6 +40,7 @@ from agenttrace._logging import warn_once as _warn_once
 from agenttrace._secrets import REDACTED, is_secret_name
 from agenttrace.instrument.arguments import CallArguments, Parameters
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, extract_reset
+from agenttrace.instrument.llm_results import read_result
 from agenttrace.trajectory import codec
 
 logger = logging.getLogger("agenttrace")
@@ -51,10 +52,12 @@ class _EpisodeState:
     """Per-episode bookkeeping shared by the episode's descendant spans."""
 
     __slots__ = (
-        "done_flags",
         "env_key",
         "episode_id",
+        "folded_below",
+        "folded_return",
         "handle",
+        "last_flags",
         "length",
         "next_index",
         "reset_error",
@@ -71,8 +74,13 @@ class _EpisodeState:
         # Per step index: (priority of the recording role, value). The assembler prefers
         # env.step over agent.act over timestep; so does this, so the return recorded on the
         # episode span equals the sum of the rebuilt steps' rewards.
+        # Steps well behind the newest are folded into folded_return, so a million-step
+        # episode keeps a few hundred entries (a reward for a folded step is not recorded).
         self.rewards: dict[int, tuple[int, float]] = {}
-        self.done_flags: dict[int, tuple[int, bool, bool]] = {}
+        self.folded_return = 0.0
+        self.folded_below = 0
+        # (index, priority, terminated, truncated) of the newest step that recorded flags.
+        self.last_flags: tuple[int, int, bool, bool] | None = None
         self.status: str | None = None
         self.env_key: int | None = None
         self.handle: EpisodeScope | None = None
@@ -81,12 +89,36 @@ class _EpisodeState:
 
     @property
     def return_(self) -> float:
-        return float(sum(reward for _, reward in self.rewards.values()))
+        return float(self.folded_return + sum(reward for _, reward in self.rewards.values()))
+
+    def record_reward(self, index: int, priority: int, reward: float) -> None:
+        """Keep the reward of the highest-priority role that recorded one for step ``index``."""
+        rewards = self.rewards
+        if index < self.folded_below:
+            return
+        known = rewards.get(index)
+        if known is None or known[0] <= priority:
+            rewards[index] = (priority, reward)
+        if len(rewards) > _REWARDS_KEPT:
+            self.folded_below = max(self.folded_below, self.next_index - _REWARDS_KEPT // 2)
+            for old in [i for i in rewards if i < self.folded_below]:
+                self.folded_return += rewards.pop(old)[1]
+
+    def record_flags(self, index: int, priority: int, terminated: bool, truncated: bool) -> None:
+        last = self.last_flags
+        if last is None or index > last[0] or (index == last[0] and priority >= last[1]):
+            self.last_flags = (index, priority, terminated, truncated)
 
     def last_step_flags(self) -> tuple[bool, bool]:
         """(terminated, truncated) of the episode's last step."""
-        flags = self.done_flags.get(self.length - 1)
-        return (flags[1], flags[2]) if flags else (False, False)
+        last = self.last_flags
+        if last is None or last[0] != self.length - 1:
+            return (False, False)
+        return (last[2], last[3])
+
+
+#: Step rewards an episode keeps by index before folding the older half into one sum.
+_REWARDS_KEPT = 512
 
 
 class _Frame:
@@ -599,9 +631,7 @@ class StepScope(_Scope):
                 attrs[sc.REWARD] = reward
                 index = self.index
                 if episode is not None and index is not None and self._priority:
-                    known = episode.rewards.get(index)
-                    if known is None or known[0] <= self._priority:
-                        episode.rewards[index] = (self._priority, reward)
+                    episode.record_reward(index, self._priority, reward)
             if done is not _UNSET and terminated is _UNSET and truncated is _UNSET:
                 terminated, truncated = bool(done), False
             for key, value in ((sc.TERMINATED, terminated), (sc.TRUNCATED, truncated)):
@@ -612,9 +642,7 @@ class StepScope(_Scope):
                 attrs[sc.DONE] = term or trunc
                 index = self.index
                 if episode is not None and index is not None and self._priority:
-                    known = episode.done_flags.get(index)
-                    if known is None or known[0] <= self._priority:
-                        episode.done_flags[index] = (self._priority, term, trunc)
+                    episode.record_flags(index, self._priority, term, trunc)
             if discount is not _UNSET and discount is not None:
                 attrs[sc.DISCOUNT] = float(discount)
             if self._pending is not None:
@@ -960,10 +988,14 @@ class LLMCallScope(_Scope):
         provider: str | None = None,
         operation: str = sc.GEN_AI_OPERATION_CHAT,
         attributes: dict[str, Any] | None = None,
+        extractor: Callable[[Any], Any] | None = None,
         tracer_provider: Any = None,
         runtime: pipeline.AgentTrace | None = None,
     ) -> None:
         super().__init__(attributes, tracer_provider=tracer_provider, runtime=runtime)
+        # Reads the call's return value into what read_result understands (a target's
+        # ``extractor=pkg.mod:func``); None: the value as it is.
+        self._extractor = extractor
         self._model = model
         self._operation = operation
         self._attributes[sc.GEN_AI_OPERATION_NAME] = operation
@@ -1023,28 +1055,18 @@ class LLMCallScope(_Scope):
             _internal_error("recording an LLM call")
 
     def record_response(self, response: Any) -> Any:
-        """Record an OpenAI-style chat completion (object or dict); returns it unchanged."""
+        """Record what the model returned; returns it unchanged. Reads OpenAI
+        ``ChatCompletion``/``Response`` objects and their dicts, plain dicts
+        (``content``/``text``/``message``, ``finish_reason``, ``usage``, ``tool_calls``) and
+        text (:mod:`agenttrace.instrument.llm_results`); a target's ``extractor`` reads it
+        first when given."""
         if self._span is None:
             return response
         try:
-            choices = _get(response, "choices") or []
-            messages, reasons = [], []
-            for choice in choices:
-                message = _get(choice, "message")
-                if message is not None:
-                    messages.append(_message_dict(message))
-                reason = _get(choice, "finish_reason")
-                if reason is not None:
-                    reasons.append(str(reason))
-            usage = _get(response, "usage")
-            self.record(
-                output_messages=messages if choices else _UNSET,
-                response_model=_get(response, "model"),
-                finish_reasons=reasons or None,
-                input_tokens=_get(usage, "prompt_tokens", _get(usage, "input_tokens")),
-                output_tokens=_get(usage, "completion_tokens", _get(usage, "output_tokens")),
-                response_id=_get(response, "id"),
-            )
+            value = self._extractor(response) if self._extractor is not None else response
+            fields = read_result(value)
+            if fields:
+                self.record(**fields)
         except Exception:
             _internal_error("recording an LLM response")
         return response
@@ -1068,29 +1090,7 @@ class LLMCallScope(_Scope):
                 self._span.set_attribute(key, value)  # type: ignore[union-attr]
 
     def _on_return(self, result: Any) -> None:
-        if isinstance(result, str):
-            self.record(output_messages=[{"role": "assistant", "content": result}])
-        else:
-            self.record_response(result)
-
-
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def _message_dict(message: Any) -> dict[str, Any]:
-    if isinstance(message, dict):
-        return message
-    dump = getattr(message, "model_dump", None)
-    if callable(dump):
-        data = dump(exclude_none=True)
-        if isinstance(data, dict):
-            return data
-    return {"role": _get(message, "role"), "content": _get(message, "content")}
+        self.record_response(result)
 
 
 # --- public constructors ---------------------------------------------------------------------

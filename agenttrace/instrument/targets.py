@@ -66,8 +66,9 @@ ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
     LLMCallScope.role: ("model", "messages"),
 }
 
-#: Roles whose return value is read by an extractor.
-EXTRACTOR_ROLES = (sc.ENV_STEP, sc.TIMESTEP)
+#: Roles whose return value is read by an extractor: a step result (env.step, timestep) or
+#: what a model returned (llm: a ``module:function`` only, see instrument.llm_results).
+EXTRACTOR_ROLES = (sc.ENV_STEP, sc.TIMESTEP, LLMCallScope.role)
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_NAME}(?:\.{_NAME})*"
@@ -116,9 +117,15 @@ class Target:
             if self.role not in EXTRACTOR_ROLES:
                 raise TargetError(
                     f"target {self.path}: role {self.role} takes no extractor (only "
-                    f"{' and '.join(EXTRACTOR_ROLES)} read a step result)"
+                    f"{', '.join(EXTRACTOR_ROLES)} read what the call returns)"
                 )
             if isinstance(self.extractor, str):
+                if self.role == LLMCallScope.role and not _PATH.match(self.extractor):
+                    raise TargetError(
+                        f"target {self.path}: an llm extractor is the import path of your "
+                        f"reader ('package.module:function'), got {self.extractor!r}; without "
+                        "one, OpenAI responses, plain dicts and text are read as they are"
+                    )
                 if self.extractor not in EXTRACTORS and not _PATH.match(self.extractor):
                     raise TargetError(
                         f"target {self.path}: extractor {self.extractor!r} is neither a "
