@@ -38,6 +38,7 @@ import atexit
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import inspect
 import logging
 import os
@@ -596,7 +597,10 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             targets, errors = targets_from_environment()
         running = script.running_script()
         waiting, never = _script_targets(running, [t for t in targets if running.names_it(t)])
-        plan, plan_errors = _plan([t for t in targets if not running.names_it(t)])
+        others = [t for t in targets if not running.names_it(t)]
+        # (targets in code must be right now: they raise below, as every mistake in code)
+        later = [t for t in others if given is None and _not_importable_yet(t.module)]
+        plan, plan_errors = _plan([t for t in others if t not in later])
         errors += never + plan_errors
         if given is not None and errors:
             raise TargetError(
@@ -616,6 +620,8 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 logger.exception("agenttrace: instrumenting %s failed", resolved.target)
         self._patcher = patcher
         self._propagation = propagate_patches.apply(propagate)
+        for target in later:
+            _wait_for_import(self, patcher, target)
         if waiting:
             self._binder = script.ScriptBinder(
                 waiting, functools.partial(_bind_in_script, patcher), _report_never_defined
@@ -696,6 +702,49 @@ def _bind_in_script(patcher: _Patcher, target: Target, main: types.ModuleType) -
         logger.exception("agenttrace: instrumenting %s failed", target)
 
 
+# --- targets whose module is imported later ---------------------------------------------------
+
+
+def _not_importable_yet(module: str) -> bool:
+    """Whether ``module`` cannot be found now (not: found but failing to import, which
+    resolve reports). Launchers and plugin loaders often put code on sys.path at run time."""
+    if module in sys.modules:
+        return False
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:  # a parent package is missing too
+        return True
+    except Exception:
+        return False
+
+
+def _wait_for_import(
+    instrumentor: AgentTraceInstrumentor, patcher: _Patcher, target: Target
+) -> None:
+    """Instrument ``target`` when its module is first imported (a post-import hook)."""
+    waiting = _waiting_for_import.setdefault(id(instrumentor), {})
+    waiting[target.path] = target
+    logger.debug("agenttrace: %s waits for %s to be imported", target, target.module)
+
+    def imported(module: types.ModuleType) -> None:
+        if waiting.pop(target.path, None) is None or instrumentor._patcher is not patcher:
+            return  # uninstrumented meanwhile, or already done
+        plan, errors = _plan([target], module)
+        for error in errors:
+            logger.error("agenttrace: %s; not instrumented (the other targets are)", error)
+        for resolved, sites in plan:
+            try:
+                patcher.apply(resolved, sites)
+            except Exception:
+                logger.exception("agenttrace: instrumenting %s failed", resolved.target)
+
+    wrapt.register_post_import_hook(imported, target.module)
+
+
+#: Targets whose module was not imported yet, by instrumentor: path -> target.
+_waiting_for_import: dict[int, dict[str, Target]] = {}
+
+
 def _report_never_defined(target: Target, why: str) -> None:
     logger.error("agenttrace: target %s can never take effect: %s", target, why)
 
@@ -715,6 +764,14 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
     patcher = instrumentor._patcher
     if patcher is None:
         return
+    never = _waiting_for_import.pop(id(instrumentor), {})
+    for target in never.values():
+        logger.error(
+            "agenttrace: target %s never took effect: module %r could not be imported when "
+            "instrumentation started and was never imported later in this process",
+            target,
+            target.module,
+        )
     try:
         if not config.read_setting("warn_uncalled_targets"):
             return
