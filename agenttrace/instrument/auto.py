@@ -632,6 +632,7 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             logger.debug("agenttrace: instrumented %s", "; ".join(str(r.target) for r, _ in plan))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _waiting_for_import.pop(id(self), None)  # (their hooks see the patcher is gone)
         binder, self._binder = self._binder, None
         if binder is not None:
             binder.stop()
