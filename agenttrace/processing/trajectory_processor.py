@@ -212,14 +212,13 @@ class TrajectoryProcessor(SpanProcessor):
     def _hand_over(self, episode_id: str, episode: _Episode) -> None:
         """Queue an open episode's pending records for the writer (a long episode's spans
         must not pile up here between the writer thread's ticks)."""
-        taken = _take(episode.pending)
-        if taken:
-            episode.streamed += len(taken)
-            if not self._enqueue(EpisodeSpans(episode_id, taken), len(taken)):
-                self._count("spans_dropped_queue_full", len(taken))
+        item = _open_spans(episode_id, episode)
+        if item is not None and not self._enqueue(item, len(item.records)):
+            self._count("spans_dropped_queue_full", len(item.records))
 
     def _put_spans(self, records: list[SpanRecord]) -> None:
-        if not self._enqueue(records, len(records)):
+        # (spans outside episodes, one by one: the worker's item limit bounds them)
+        if not self._worker.put(records, len(records)):
             self._count("spans_dropped_queue_full", len(records))
 
     def _enqueue(self, item: Any, spans: int) -> bool:
@@ -334,12 +333,7 @@ class TrajectoryProcessor(SpanProcessor):
         them towards the trajectory."""
         with self._lock:
             episodes = list(self._open.items())
-        items: list[Any] = []
-        for episode_id, episode in episodes:
-            taken = _take(episode.pending)
-            if taken:
-                episode.streamed += len(taken)
-                items.append(EpisodeSpans(episode_id, taken))
+        items = [item for item in (_open_spans(*pair) for pair in episodes) if item is not None]
         if items:
             self.writer.write(items)
 
@@ -466,10 +460,20 @@ class _Ended(NamedTuple):
 
 
 def _spans_in(item: Any) -> int:
-    """The spans an item was queued with (see ``_enqueue``)."""
+    """The spans an item was queued with through ``_enqueue`` (spans outside episodes were
+    not: 0)."""
     if type(item) is _Ended:
         return len(item.episode.pending)
-    return len(item.records) if type(item) is EpisodeSpans else len(item)
+    return len(item.records) if type(item) is EpisodeSpans else 0
+
+
+def _open_spans(episode_id: str, episode: _Episode) -> EpisodeSpans | None:
+    """An open episode's pending records, taken for the writer (None: there were none)."""
+    taken = _take(episode.pending)
+    if not taken:
+        return None
+    episode.streamed += len(taken)
+    return EpisodeSpans(episode_id, taken)
 
 
 def _take(pending: deque[SpanRecord]) -> list[SpanRecord]:

@@ -121,19 +121,16 @@ class EpisodeAssembly:
         return span is not None and span.end_time is not None
 
     @property
-    def length(self) -> int | None:
-        """The length the ended episode span says, if it says one."""
-        span = self._episode_span
-        length = span.attributes.get(sc.EPISODE_LENGTH) if span is not None else None
-        return length if type(length) is int else None
+    def complete(self) -> bool:
+        """Whether the episode span has ended and every step it counts has a span."""
+        if not self.ended:
+            return False
+        length = self._episode_span.attributes.get(sc.EPISODE_LENGTH)  # type: ignore[union-attr]
+        return type(length) is not int or self._seen.covers(length)
 
     def has_span(self, span_id: int) -> bool:
         """Whether an ``episode`` span with this id was added."""
         return span_id in self._episode_span_ids
-
-    def has_steps(self, length: int) -> bool:
-        """Whether every step ``0 .. length-1`` has a span."""
-        return self._seen.covers(length)
 
     def add(self, records: Iterable[SpanRecord]) -> None:
         step_roles = _STEP_ROLES

@@ -221,12 +221,7 @@ class StreamingAssembler:
         elif assembly.empty:  # its only record repeats a span of another episode
             del self._open[episode_id]
             return
-        if (
-            episode.due is None
-            and self._grace is not None
-            and assembly.ended
-            and _is_complete(assembly)
-        ):
+        if episode.due is None and self._grace is not None and assembly.complete:
             episode.due = sequence + self._grace
             self._due.append((episode.due, episode_id))
 
@@ -264,11 +259,6 @@ class StreamingAssembler:
 
 
 _NOTHING: tuple[Trajectory, ...] = ()
-
-
-def _is_complete(assembly: EpisodeAssembly) -> bool:
-    length = assembly.length
-    return length is None or assembly.has_steps(length)
 
 
 def _forget_oldest(remembered: dict, limit: int) -> None:
