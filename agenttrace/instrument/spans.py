@@ -52,6 +52,7 @@ class _EpisodeState:
     """Per-episode bookkeeping shared by the episode's descendant spans."""
 
     __slots__ = (
+        "act_open",
         "env_key",
         "episode_id",
         "folded_below",
@@ -71,6 +72,8 @@ class _EpisodeState:
         self.runtime = runtime
         self.next_index = 0
         self.length = 0
+        # An agent.act outside a timestep took next_index and no env.step has used it yet.
+        self.act_open = False
         # Per step index: (priority of the recording role, value). The assembler prefers
         # env.step over agent.act over timestep; so does this, so the return recorded on the
         # episode span equals the sum of the rebuilt steps' rewards.
@@ -731,6 +734,7 @@ class TimestepScope(StepScope):
         if episode is not None:
             episode.next_index = max(episode.next_index, index + 1)
             episode.length = max(episode.length, index + 1)
+            episode.act_open = False  # (an agent.act before it took this index: it joins)
         return self._step_frame(frame, index, attributes)
 
     def _on_return(self, result: Any) -> None:
@@ -748,8 +752,15 @@ class AgentActScope(StepScope):
         if index is None:
             if frame is not None and frame.index is not None:
                 index = frame.index
+            elif episode is not None:
+                # A turn outside a timestep: an agent.act that no env.step followed was a
+                # step of its own, so this one starts the next (docs/tracing-api.md).
+                if episode.act_open:
+                    episode.next_index += 1
+                index = episode.next_index
+                episode.act_open = True
             else:
-                index = episode.next_index if episode else 0
+                index = 0
         if episode is not None:
             # The step exists from here on, even if the env.step it pairs with never comes
             # (the agent was cancelled): it counts in the length. next_index stays, so that
@@ -779,6 +790,7 @@ class EnvStepScope(StepScope):
         if episode is not None and not in_timestep:
             episode.next_index = max(episode.next_index, index + 1)
             episode.length = max(episode.length, index + 1)
+            episode.act_open = False
         return self._step_frame(frame, index, attributes)
 
     def _on_call(self, arguments: CallArguments) -> None:
