@@ -23,9 +23,9 @@ rebuilt from those spans for training::
 from agenttrace._version import __version__
 from agenttrace.config import ConfigError
 from agenttrace.instrument.extractors import StepResult, extract_step
+from agenttrace.instrument.scope import current_episode_id
 from agenttrace.instrument.spans import (
     agent_act,
-    current_episode_id,
     env_closed,
     env_reset,
     env_step,

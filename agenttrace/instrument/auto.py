@@ -67,7 +67,8 @@ from agenttrace.instrument import propagate_patches, script
 from agenttrace.instrument import targets as targets_module
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.extractors import _UNSET
-from agenttrace.instrument.spans import CallHooks, EpisodeScope, _Scope, trace_callable
+from agenttrace.instrument.scope import CallHooks, _Scope, trace_callable
+from agenttrace.instrument.spans import EpisodeScope
 from agenttrace.instrument.targets import (
     RECEIVER_NAME,
     ROLES,

@@ -30,6 +30,7 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.instrument.extractors import EXTRACTORS
+from agenttrace.instrument.scope import _Scope
 from agenttrace.instrument.spans import (
     AgentActScope,
     EnvResetScope,
@@ -37,7 +38,6 @@ from agenttrace.instrument.spans import (
     EpisodeScope,
     LLMCallScope,
     TimestepScope,
-    _Scope,
 )
 
 #: Role name -> the scope class whose per-call logic a target of that role uses.
