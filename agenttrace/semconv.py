@@ -20,9 +20,15 @@ ENV_RESET = "env.reset"
 TIMESTEP = "timestep"
 AGENT_ACT = "agent.act"
 ENV_STEP = "env.step"
+#: A runner's own record of a step (``data_manager.record_step(...)``, read by a target):
+#: its fields win over every other span of that step.
+STEP_RECORD = "step.record"
 
 #: The span names agenttrace itself creates for RL structure, in nesting order.
-RL_SPAN_NAMES = (EPISODE, ENV_RESET, TIMESTEP, AGENT_ACT, ENV_STEP)
+RL_SPAN_NAMES = (EPISODE, ENV_RESET, TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD)
+#: Spans that carry ``rl.timestep.index`` and make a step, lowest precedence first: a field
+#: one of them records wins over the same field from the roles before it.
+STEP_ROLES = (TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD)
 
 # --- rl.* attributes --------------------------------------------------------------------
 # Episode identity, set at span start so samplers and searches can use them.

@@ -44,12 +44,12 @@ class _EpisodeState:
     """Per-episode bookkeeping shared by the episode's descendant spans."""
 
     __slots__ = (
-        "act_open",
         "env_key",
         "episode_id",
         "folded_below",
         "folded_return",
         "handle",
+        "has_timesteps",
         "last_flags",
         "length",
         "next_index",
@@ -57,6 +57,7 @@ class _EpisodeState:
         "rewards",
         "runtime",
         "status",
+        "turn_open",
     )
 
     def __init__(self, episode_id: str, runtime: pipeline.AgentTrace) -> None:
@@ -64,11 +65,14 @@ class _EpisodeState:
         self.runtime = runtime
         self.next_index = 0
         self.length = 0
-        # An agent.act outside a timestep took next_index and no env.step has used it yet.
-        self.act_open = False
+        # The role (agent.act or llm) that opened the turn at next_index, outside any step
+        # span, that no env.step or step.record has closed yet; None: no turn open.
+        self.turn_open: str | None = None
+        self.has_timesteps = False
         # Per step index: (priority of the recording role, value). The assembler prefers
-        # env.step over agent.act over timestep; so does this, so the return recorded on the
-        # episode span equals the sum of the rebuilt steps' rewards.
+        # step.record over env.step over agent.act over timestep over the turn's llm call; so
+        # does this, so the return recorded on the episode span equals the sum of the rebuilt
+        # steps' rewards.
         # Steps well behind the newest are folded into folded_return, so a million-step
         # episode keeps a few hundred entries (a reward for a folded step is not recorded).
         self.rewards: dict[int, tuple[int, float]] = {}
@@ -85,6 +89,30 @@ class _EpisodeState:
     @property
     def return_(self) -> float:
         return float(self.folded_return + sum(reward for _, reward in self.rewards.values()))
+
+    def turn_index(self, role: str) -> int:
+        """The step index of an agent.act or llm call made outside any step span.
+
+        Calls until the next env.step (or step.record) are one turn, and one step with it,
+        except that a second agent.act starts the next turn: an act that nothing consumed was
+        a step of its own (docs/tracing-api.md has the table).
+        """
+        if self.turn_open is not None and role == self.turn_open == sc.AGENT_ACT:
+            self.next_index += 1
+        if self.turn_open is None or role == sc.AGENT_ACT:
+            self.turn_open = role
+        index = self.next_index
+        # The step exists from here on, even if the env.step it pairs with never comes (the
+        # agent was cancelled): it counts in the length. next_index stays, so that the env.step
+        # takes this index.
+        self.length = max(self.length, index + 1)
+        return index
+
+    def close_turn(self, index: int) -> None:
+        """A span at ``index`` ended the turn there (an env.step, a step.record)."""
+        self.next_index = max(self.next_index, index + 1)
+        self.length = max(self.length, index + 1)
+        self.turn_open = None
 
     def record_reward(self, index: int, priority: int, reward: float) -> None:
         """Keep the reward of the highest-priority role that recorded one for step ``index``."""

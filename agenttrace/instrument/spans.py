@@ -18,8 +18,9 @@ share is in :mod:`agenttrace.instrument.scope`.
 from __future__ import annotations
 
 import math
+import operator
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -199,7 +200,7 @@ class EnvResetScope(StepScope):
 
 class TimestepScope(StepScope):
     role = sc.TIMESTEP
-    _priority = 1
+    _priority = 2
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         episode = frame.episode if frame else None
@@ -207,9 +208,8 @@ class TimestepScope(StepScope):
         if index is None:
             index = episode.next_index if episode else 0
         if episode is not None:
-            episode.next_index = max(episode.next_index, index + 1)
-            episode.length = max(episode.length, index + 1)
-            episode.act_open = False  # (an agent.act before it took this index: it joins)
+            episode.has_timesteps = True
+            episode.close_turn(index)  # (an agent.act before it took this index: it joins)
         return self._step_frame(frame, index, attributes)
 
     def _on_return(self, result: Any) -> None:
@@ -219,7 +219,7 @@ class TimestepScope(StepScope):
 
 class AgentActScope(StepScope):
     role = sc.AGENT_ACT
-    _priority = 2
+    _priority = 3
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         index = self._index
@@ -228,18 +228,10 @@ class AgentActScope(StepScope):
             if frame is not None and frame.index is not None:
                 index = frame.index
             elif episode is not None:
-                # A turn outside a timestep: an agent.act that no env.step followed was a
-                # step of its own, so this one starts the next (docs/tracing-api.md).
-                if episode.act_open:
-                    episode.next_index += 1
-                index = episode.next_index
-                episode.act_open = True
+                index = episode.turn_index(self.role)  # a turn outside any step span
             else:
                 index = 0
-        if episode is not None:
-            # The step exists from here on, even if the env.step it pairs with never comes
-            # (the agent was cancelled): it counts in the length. next_index stays, so that
-            # env.step takes this index.
+        elif episode is not None:
             episode.length = max(episode.length, index + 1)
         return self._step_frame(frame, index, attributes)
 
@@ -254,7 +246,7 @@ class AgentActScope(StepScope):
 
 class EnvStepScope(StepScope):
     role = sc.ENV_STEP
-    _priority = 3
+    _priority = 4
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         episode = frame.episode if frame else None
@@ -263,9 +255,7 @@ class EnvStepScope(StepScope):
         if index is None:
             index = frame.index if in_timestep else (episode.next_index if episode else 0)
         if episode is not None and not in_timestep:
-            episode.next_index = max(episode.next_index, index + 1)
-            episode.length = max(episode.length, index + 1)
-            episode.act_open = False
+            episode.close_turn(index)
         return self._step_frame(frame, index, attributes)
 
     def _on_call(self, arguments: CallArguments) -> None:
@@ -275,6 +265,94 @@ class EnvStepScope(StepScope):
 
     def _on_return(self, result: Any) -> None:
         self.record_result(result)
+
+
+class StepRecordScope(StepScope):
+    """A runner's own record of a step (``data_manager.record_step(session, step_id, ...)``).
+
+    Traced through a target, it reads the step's fields from the call's *arguments* (the
+    target maps them: ``index=step_id, reward=step_reward``) and writes them onto the step
+    with that index in the current episode, where they win over what the step's other spans
+    said. Without an index it records the current step: the one whose span it runs in, else
+    the open turn, else the last step. It ends the turn: the next call starts the next step.
+    """
+
+    role = sc.STEP_RECORD
+    _priority = 5
+    #: The call arguments it reads (under these names, or the names a target maps to them).
+    FIELDS = (
+        "index",
+        "observation",
+        "action",
+        "reward",
+        "terminated",
+        "truncated",
+        "done",
+        "discount",
+        "info",
+    )
+
+    def __init__(
+        self,
+        index: int | None = None,
+        *,
+        index_base: int = 0,
+        attributes: dict[str, Any] | None = None,
+        tracer_provider: Any = None,
+        runtime: pipeline.AgentTrace | None = None,
+    ) -> None:
+        super().__init__(
+            index, attributes=attributes, tracer_provider=tracer_provider, runtime=runtime
+        )
+        self._index_base = index_base
+
+    def _on_call(self, arguments: CallArguments) -> None:
+        values = {name: arguments.get(name) for name in self.FIELDS}
+        frame = self._frame
+        episode = frame.episode if frame else None
+        index = self._step_index(values.pop("index"), frame, episode)
+        if index is None:
+            return
+        self._frame = _Frame(episode, index)
+        self.set_attribute(sc.TIMESTEP_INDEX, index)
+        if episode is not None:
+            episode.close_turn(index)
+        self.record(**{name: value for name, value in values.items() if value is not _UNSET})
+
+    def _step_index(
+        self, given: Any, frame: _Frame | None, episode: _EpisodeState | None
+    ) -> int | None:
+        if given is not _UNSET and given is not None:
+            try:
+                number = operator.index(given) if not isinstance(given, str) else int(given)
+            except (TypeError, ValueError):
+                number = None
+            if number is None or isinstance(given, bool) or number - self._index_base < 0:
+                _warn_once(
+                    f"step.record index:{type(given).__name__}",
+                    "agenttrace: a step.record call's index %r is not a step number of "
+                    "base %d (an int >= %d); the call is not recorded",
+                    given,
+                    self._index_base,
+                    self._index_base,
+                )
+                return None
+            return number - self._index_base
+        if self._index is not None:
+            return self._index
+        if frame is not None and frame.index is not None:
+            return frame.index
+        if episode is None:
+            return 0
+        if episode.turn_open is not None:
+            return episode.next_index
+        return max(episode.next_index - 1, 0)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self._pending is not None:
+            self._pending[key] = value
+        else:
+            super().set_attribute(key, value)
 
 
 # --- episode -------------------------------------------------------------------------------
@@ -462,11 +540,16 @@ def _env_name(env: Any) -> str | None:
 # --- LLM calls -------------------------------------------------------------------------------
 
 
+#: Rank of an llm call's reward and flags for its step: below every step span's.
+LLM_PRIORITY = 1
+
+
 class LLMCallScope(_Scope):
     """A GenAI ``chat {model}`` span inside a step."""
 
     role = "llm"
     kind = SpanKind.CLIENT
+    _step_index: int | None = None  # the step the call belongs to, when known at its start
 
     def __init__(
         self,
@@ -476,6 +559,10 @@ class LLMCallScope(_Scope):
         operation: str = sc.GEN_AI_OPERATION_CHAT,
         attributes: dict[str, Any] | None = None,
         extractor: Callable[[Any], Any] | None = None,
+        final_on: str | Iterable[str] | None = None,
+        final_reward: float | None = None,
+        final_terminated: bool | None = None,
+        final_truncated: bool | None = None,
         tracer_provider: Any = None,
         runtime: pipeline.AgentTrace | None = None,
     ) -> None:
@@ -483,6 +570,13 @@ class LLMCallScope(_Scope):
         # Reads the call's return value into what read_result understands (a target's
         # ``extractor=pkg.mod:func``); None: the value as it is.
         self._extractor = extractor
+        # What a call whose finish reason is one of final_on means for its step: the
+        # episode's last turn, with this reward and these flags (an llm target's
+        # ``[final_on=length, reward=0, terminated=true]``).
+        if isinstance(final_on, str):
+            final_on = [final_on]
+        self._final_on = frozenset(str(reason) for reason in final_on or ())
+        self._final = (final_reward, final_terminated, final_truncated)
         self._model = model
         self._operation = operation
         self._attributes[sc.GEN_AI_OPERATION_NAME] = operation
@@ -497,6 +591,11 @@ class LLMCallScope(_Scope):
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         if frame is not None and frame.index is not None:
             attributes[sc.TIMESTEP_INDEX] = frame.index
+        elif frame is not None and frame.episode is not None and not frame.episode.has_timesteps:
+            # A call outside any step span, in an episode that has no timesteps: an agent
+            # turn, a step of its own unless an env.step consumes it (docs/tracing-api.md).
+            attributes[sc.TIMESTEP_INDEX] = frame.episode.turn_index(self.role)
+        self._step_index = attributes.get(sc.TIMESTEP_INDEX)
         return frame
 
     def record(
@@ -536,10 +635,31 @@ class LLMCallScope(_Scope):
                 attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = int(output_tokens)
             if response_id:
                 attrs[sc.GEN_AI_RESPONSE_ID] = response_id
+            if finish_reasons is not None and self._final_on.intersection(finish_reasons):
+                self._record_final(attrs, [str(r) for r in finish_reasons])
             if attrs:
                 span.set_attributes(attrs)
         except Exception:
             _internal_error("recording an LLM call")
+
+    def _record_final(self, attrs: dict[str, Any], finish_reasons: list[str]) -> None:
+        """The call ended its episode (its finish reason is one of ``final_on``): its step's
+        reward and flags. Unless given, it is truncated when the answer was cut at its length
+        limit and terminated otherwise."""
+        reward, terminated, truncated = self._final
+        cut = "length" in finish_reasons
+        terminated = (not cut) if terminated is None else terminated
+        truncated = cut if truncated is None else truncated
+        attrs[sc.TERMINATED], attrs[sc.TRUNCATED] = terminated, truncated
+        attrs[sc.DONE] = terminated or truncated
+        if reward is not None:
+            attrs[sc.REWARD] = float(reward)
+        index = self._step_index
+        episode = self._frame.episode if self._frame else None
+        if episode is not None and index is not None:
+            if reward is not None:
+                episode.record_reward(index, LLM_PRIORITY, float(reward))
+            episode.record_flags(index, LLM_PRIORITY, terminated, truncated)
 
     def record_response(self, response: Any) -> Any:
         """Record what the model returned; returns it unchanged. Reads OpenAI

@@ -8,14 +8,20 @@ rebuilt from trace storage are equal by construction.
 
 How a step is put together (docs/trajectory-format.md has the full rules):
 
-* spans carrying ``rl.timestep.index`` *i* (timestep, agent.act, env.step) make step *i*;
-* the observation the agent acted on comes from agent.act or timestep, else from the previous
-  env.step's returned observation (env.reset's for step 0);
-* action, reward, termination, discount and info come from env.step, then agent.act, then
-  timestep, so the reward sits with the action that earned it;
+* spans carrying ``rl.timestep.index`` *i* (timestep, agent.act, env.step, step.record, and
+  a model call that is a turn of its own) make step *i*;
+* the observation the agent acted on comes from step.record, agent.act or timestep, else from
+  the previous env.step's returned observation (env.reset's for step 0);
+* action, reward, termination, discount and info come from step.record, then env.step, then
+  agent.act, then timestep, then the turn's model call, so the reward sits with the action
+  that earned it;
 * GenAI spans (``chat …``, ``execute_tool …``, from agenttrace or any other instrumentation)
-  belong to the step whose span is their ancestor, else to the next step; a model call nested
-  in another counts once (:mod:`agenttrace.trajectory.genai` reads each span).
+  belong to the step whose span is their ancestor, else to the step their own index names,
+  else to the next step; a model call nested in another counts once
+  (:mod:`agenttrace.trajectory.genai` reads each span);
+* a step that no timestep or agent.act describes is an agent turn: what it lacks, its model
+  calls give (the observation: what the first call was asked; the action: what the last one
+  answered; truncated: the last answer was cut at its length limit).
 """
 
 from __future__ import annotations
@@ -29,11 +35,21 @@ from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
 from agenttrace.trajectory.codec import RawJSON, as_raw_json, is_json
 from agenttrace.trajectory.lossy import lossy_fields
-from agenttrace.trajectory.model import EpisodeError, Step, Trajectory, decoded_content
+from agenttrace.trajectory.model import (
+    EpisodeError,
+    Step,
+    Trajectory,
+    decoded_content,
+    raw_content,
+)
 from agenttrace.trajectory.records import SpanRecord
 from agenttrace.trajectory.spill import SpilledSteps
 
-_STEP_ROLES = (sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP)
+_STEP_ROLES = sc.STEP_ROLES
+# Keys of a step's parts for the model calls that carry its index themselves (a turn with no
+# step span around it): the first to start (what it was asked) and the last to end.
+_FIRST_CALL, _LAST_CALL = "llm.first", "llm.last"
+_FLAG_KEYS = (sc.TERMINATED, sc.TRUNCATED, sc.DONE)
 # Episode-span attributes that become top-level trajectory fields instead of `attributes`.
 _LIFTED = frozenset(
     {sc.EPISODE_ID, sc.TASK_ID, sc.EPISODE_STATUS, sc.EPISODE_RETURN, sc.EPISODE_LENGTH}
@@ -155,6 +171,10 @@ class EpisodeAssembly:
                 span = self._episode_span
                 if span is None or record.start_time < span.start_time:
                     self._episode_span = record
+            elif index_key in record.attributes:  # a model call that is a turn of its own
+                index = record.attributes[index_key]
+                if type(index) is int and index > self._settled_upto:
+                    self._seen.add(index)
             if self._first is None:
                 self._first = record
             if self._start is None or record.start_time < self._start:
@@ -192,6 +212,7 @@ class EpisodeAssembly:
         placed = _attach_genai_calls(
             [*steps, *later_steps], genai_records, by_span_id, self._trusted
         )
+        _complete_turns([*steps, *later_steps], parts)
         first_later = min((s.start_time or 0 for s in later_steps), default=None)
         step_of = _step_finder(records)
         kept: list[SpanRecord] = []
@@ -261,6 +282,7 @@ class EpisodeAssembly:
             genai_records = self._in_time(genai_records, steps)
             by_span_id = {record.span_id: record for record in records}
             placed = _attach_genai_calls(steps, genai_records, by_span_id, trusted)
+            _complete_turns(steps, parts)
             if self._spilled is not None:
                 self.late += sum(1 for index in placed.values() if index <= self._settled_upto)
         episode_span = self._episode_span
@@ -385,7 +407,11 @@ def _retained_size(record: SpanRecord) -> int:
 def _parts_of(
     records: Sequence[SpanRecord],
 ) -> tuple[dict[int, dict[str, SpanRecord]], list[SpanRecord]]:
-    """The step spans by index and role, and the GenAI spans (one pass)."""
+    """The step spans by index and role, and the GenAI spans (one pass).
+
+    A model call that carries an index of its own is part of that step too, under
+    ``_FIRST_CALL``/``_LAST_CALL``.
+    """
     parts: dict[int, dict[str, SpanRecord]] = {}
     genai_records: list[SpanRecord] = []
     step_roles = _STEP_ROLES
@@ -402,8 +428,20 @@ def _parts_of(
                     roles[name] = record
             elif isinstance(index, int) and not isinstance(index, bool) and index >= 0:
                 parts.setdefault(index, {})[name] = record
-        elif name != sc.ENV_RESET and genai.call_kind(record) is not None:
+        elif name != sc.ENV_RESET:
+            kind = genai.call_kind(record)
+            if kind is None:
+                continue
             genai_records.append(record)
+            index = record.attributes.get(index_key)
+            if kind == genai.MODEL_CALL and type(index) is int and index >= 0:
+                roles = parts.setdefault(index, {})
+                first = roles.get(_FIRST_CALL)
+                if first is None or record.start_time < first.start_time:
+                    roles[_FIRST_CALL] = record
+                last = roles.get(_LAST_CALL)
+                if last is None or (record.end_time or 0) > (last.end_time or 0):
+                    roles[_LAST_CALL] = record
     return parts, genai_records
 
 
@@ -449,16 +487,17 @@ def _build_steps(
 ) -> tuple[list[Step], Any]:
     """The steps, in index order, and the observation the last one returned.
 
-    One pass: step i acts on what agent.act/timestep saw, else on what step i-1 returned
-    (``returned``, the reset's or the step ``previous_index``'s, for the first); its outcome
-    fields come from env.step, then agent.act, then timestep (one merged dict, later roles
-    overriding earlier ones).
+    One pass: step i acts on what step.record/agent.act/timestep saw, else on what step i-1
+    returned (``returned``, the reset's or the step ``previous_index``'s, for the first); its
+    outcome fields come from step.record, then env.step, then agent.act, then timestep, then
+    its own model calls (one merged dict, later roles overriding earlier ones).
     """
     steps: list[Step] = []
     append = steps.append
     # (the keys as locals: this loop runs once per step)
     observation_key, action_key, info_key = sc.OBSERVATION, sc.ACTION, sc.INFO
     timestep_name, act_name, env_step_name = sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP
+    record_name = sc.STEP_RECORD
     terminated_key, truncated_key, done_key = sc.TERMINATED, sc.TRUNCATED, sc.DONE
     reward_key, discount_key = sc.REWARD, sc.DISCOUNT
     for index in sorted(parts):
@@ -466,7 +505,15 @@ def _build_steps(
         timestep = roles.get(timestep_name)
         act = roles.get(act_name)
         env_step = roles.get(env_step_name)
-        present = [r for r in (timestep, act, env_step) if r is not None]
+        recorded = roles.get(record_name)
+        first_call, last_call = roles.get(_FIRST_CALL), roles.get(_LAST_CALL)
+        if last_call is first_call:
+            last_call = None
+        present = [
+            r
+            for r in (first_call, last_call, timestep, act, env_step, recorded)
+            if r is not None
+        ]
         merged: dict[str, Any] = {}
         infos = []
         for record in present:
@@ -477,7 +524,9 @@ def _build_steps(
         own = trusted is not None and all(r.scope_name == trusted for r in present)
 
         seen: Any = _MISSING
-        if act is not None and observation_key in act.attributes:
+        if recorded is not None and observation_key in recorded.attributes:
+            seen = _text(recorded.attributes[observation_key], own)
+        elif act is not None and observation_key in act.attributes:
             seen = _text(act.attributes[observation_key], own)
         elif timestep is not None and observation_key in timestep.attributes:
             seen = _text(timestep.attributes[observation_key], own)
@@ -575,8 +624,9 @@ def _attach_genai_calls(
     """Fold GenAI spans into their steps (docs/llm-calls.md has the rules); returns the step
     index each span went to, by span id.
 
-    * a call under a step span belongs to that step; a call under no step span (before the
-      first step, between steps, in env.reset) to the next step to start, else the last step;
+    * a call under a step span belongs to that step; a call under no step span to the step
+      its own ``rl.timestep.index`` names (a turn of its own), else (before the first step,
+      between steps, in env.reset) to the next step to start, else the last step;
       a call whose step span is known but missing is dropped with that step;
     * a model call nested in another model call (openai-v2's span under agenttrace's
       ``llm_call``) is not a second call: it fills what the outer one left empty.
@@ -615,6 +665,46 @@ def _attach_genai_calls(
             genai.merge_nested(call, [genai.llm_call(r, trusted) for r in inner])
         step.llm_calls.append(call)
     return placed
+
+
+def _complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecord]]) -> None:
+    """Fill what an agent turn's step spans left empty from its model calls.
+
+    A turn is a step that no timestep or agent.act describes (an inline agent loop whose only
+    targets are its model call and its env step): the observation is what the first call was
+    asked, the action what the last one answered, and a last answer cut at its length limit
+    (finish reason ``length``) truncates the step unless a span of the step set its flags or
+    an env.step consumed the answer.
+    """
+    for step in steps:
+        if not step.llm_calls:
+            continue
+        roles = parts.get(step.index, {})
+        if sc.TIMESTEP in roles or sc.AGENT_ACT in roles:
+            continue
+        if raw_content(step, "observation") is None:
+            step.observation = raw_content(step.llm_calls[0], "input_messages")
+        last = step.llm_calls[-1]
+        if raw_content(step, "action") is None:
+            step.action = _reply(last.output_messages)
+        if (
+            sc.ENV_STEP not in roles
+            and "length" in (last.finish_reasons or ())
+            and not any(key in r.attributes for r in roles.values() for key in _FLAG_KEYS)
+        ):
+            step.truncated = True
+
+
+def _reply(messages: Any) -> Any:
+    """What a model answered: the first output message's text, else the message itself."""
+    if not isinstance(messages, list) or not messages:
+        return messages
+    message = messages[0]
+    if isinstance(message, dict):
+        content = message.get("content")
+        if content is not None and not message.get("tool_calls"):
+            return content
+    return message
 
 
 def _episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:

@@ -24,7 +24,7 @@ from agenttrace.trajectory.model import Step, Trajectory
 from agenttrace.trajectory.records import LOSSY_SPAN, LOSSY_TIMES, SpanRecord
 
 NOT_JSON = "not valid JSON any more: cut by the trace storage (attribute length limit?)"
-_STEP_ROLES = (sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP)
+_STEP_ROLES = sc.STEP_ROLES
 _STEP_FIELDS = {
     sc.OBSERVATION: "observation",
     sc.ACTION: "action",

@@ -61,6 +61,11 @@ def decoded_content(value: Any) -> Any:
         return json.loads(value)
 
 
+def raw_content(obj: Any, name: str) -> Any:
+    """A content field as stored: RawJSON text stays undecoded."""
+    return obj.__dict__["_" + name]
+
+
 def content_json(obj: Any, name: str) -> str:
     """JSON text of a content field, without decoding it when it is still raw."""
     return json_text(obj.__dict__["_" + name])

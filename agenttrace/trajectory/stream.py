@@ -29,7 +29,6 @@ from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord
 
-_STEP_ROLES = frozenset((sc.TIMESTEP, sc.AGENT_ACT, sc.ENV_STEP))
 _EPISODE_ID = sc.EPISODE_ID
 _TIMESTEP_INDEX = sc.TIMESTEP_INDEX
 _EPISODE = sc.EPISODE
