@@ -1,11 +1,16 @@
-"""How turns advance the step index when no timestep span wraps them (docs/tracing-api.md)."""
+"""How turns advance the step index when no timestep span wraps them (docs/tracing-api.md).
+
+Each case plays a sequence of calls inside one episode and says, for every call, the step it
+lands on: the table in the docs, checked live and rebuilt from the span file alike.
+"""
 
 from __future__ import annotations
 
 import pytest
-from conftest import read_run
+from conftest import assert_same_episodes, read_run
 
 import agenttrace as at
+from agenttrace.instrument.spans import StepRecordScope
 
 
 def _act(n: int) -> None:
@@ -23,6 +28,41 @@ def _timestep_with_env(n: int) -> None:
         _env(n)
 
 
+def _asked(n: int) -> list[dict]:
+    return [{"role": "user", "content": f"q{n}"}]
+
+
+def _llm(n: int, finish_reason: str = "stop") -> None:
+    with at.llm_call("policy") as call:
+        call.record(
+            input_messages=_asked(n),
+            output_messages=[{"role": "assistant", "content": f"r{n}"}],
+            finish_reasons=[finish_reason],
+        )
+
+
+def _cut(n: int) -> None:
+    _llm(n, "length")
+
+
+@StepRecordScope()
+def _record(info: dict, terminated: bool = False) -> None:
+    """A runner's own record call, read as a step.record span (its arguments: the fields)."""
+
+
+def _rec(n: int) -> None:
+    _record({"record": n})
+
+
+CALLS = {
+    "act": _act,
+    "env": _env,
+    "timestep": _timestep_with_env,
+    "llm": _llm,
+    "cut": _cut,
+    "record": _rec,
+}
+
 # Each case: the calls in order (role, its number), and the step index each call lands on.
 CASES = {
     "act then env: one step": ([("act", 0), ("env", 0)], [0, 0]),
@@ -37,24 +77,151 @@ CASES = {
         [("act", 0), ("timestep", 0), ("act", 1), ("env", 1)],
         [0, 0, 1, 1],
     ),
+    "llm then env: one step": ([("llm", 0), ("env", 0)], [0, 0]),
+    "two llm calls, one env: one turn": ([("llm", 0), ("llm", 1), ("env", 1)], [0, 0, 0]),
+    "llm after the last env: a step of its own": ([("llm", 0), ("env", 0), ("llm", 1)], [0, 0, 1]),
+    "a cut reply after the last env: a step of its own": (
+        [("llm", 0), ("env", 0), ("cut", 1)],
+        [0, 0, 1],
+    ),
+    "llm calls alone: one turn": ([("llm", 0), ("llm", 1)], [0, 0]),
+    "act, llm, env: one turn": ([("act", 0), ("llm", 0), ("env", 0)], [0, 0, 0]),
+    "llm, act, env: one turn": ([("llm", 0), ("act", 0), ("env", 0)], [0, 0, 0]),
+    "llm, act, act: the second act starts the next turn": (
+        [("llm", 0), ("act", 0), ("act", 1)],
+        [0, 0, 1],
+    ),
+    "a record ends the turn": ([("llm", 0), ("record", 0), ("llm", 1)], [0, 0, 1]),
+    "a record after an env records that step": (
+        [("llm", 0), ("env", 0), ("record", 0), ("llm", 1)],
+        [0, 0, 0, 1],
+    ),
+    "a record opens no new step": ([("env", 0), ("env", 1), ("record", 1)], [0, 1, 1]),
+    "with timesteps, an llm call outside them goes to the next step": (
+        [("timestep", 0), ("llm", 1), ("timestep", 1)],
+        [0, 1, 1],
+    ),
 }
-CALLS = {"act": _act, "env": _env, "timestep": _timestep_with_env}
+
+
+def _play(tmp_path, calls: list[tuple[str, int]]) -> at.Trajectory:
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+    with at.episode():
+        for role, number in calls:
+            CALLS[role](number)
+    run = read_run(runtime)
+    assert_same_episodes(run.live, run.offline)
+    (trajectory,) = run.live
+    return trajectory
+
+
+def _landed(step: at.Step, role: str, number: int) -> bool:
+    if role == "act":
+        return (step.observation, step.action) == (f"o{number}", f"a{number}")
+    if role in ("env", "timestep"):
+        return step.reward == float(number)
+    if role == "record":
+        return step.info == {"record": number}
+    return any(call.input_messages == _asked(number) for call in step.llm_calls)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_turns_outside_timesteps_advance_the_index(tmp_path, case) -> None:
     calls, expected = CASES[case]
-    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
-    with at.episode():
-        for role, number in calls:
-            CALLS[role](number)
-    (trajectory,) = read_run(runtime).live
+    trajectory = _play(tmp_path, calls)
     steps = {step.index: step for step in trajectory.steps}
     assert sorted(steps) == sorted(set(expected))
+    assert trajectory.length == len(steps)
     assert trajectory.missing_steps == []
     for (role, number), index in zip(calls, expected, strict=True):
-        step = steps[index]
-        if role == "act":
-            assert (step.observation, step.action) == (f"o{number}", f"a{number}")
-        else:
-            assert step.reward == float(number)
+        assert _landed(steps[index], role, number), (role, number, index)
+
+
+def test_a_turn_of_model_calls_is_what_they_were_asked_and_answered(tmp_path) -> None:
+    trajectory = _play(tmp_path, [("llm", 0), ("llm", 1), ("env", 1), ("cut", 2)])
+    first, last = trajectory.steps
+    # The turn's observation: what its first call was asked; its action: the last answer.
+    assert (first.observation, first.action) == (_asked(0), "r1")
+    assert [call.finish_reasons for call in first.llm_calls] == [["stop"], ["stop"]]
+    assert (first.reward, first.terminated, first.truncated) == (1.0, False, False)
+    # The cut answer after the last env step: a step of its own, truncated, reward none.
+    assert (last.index, last.observation, last.action) == (1, _asked(2), "r2")
+    assert (last.reward, last.terminated, last.truncated) == (None, False, True)
+    assert trajectory.status == "truncated" and trajectory.return_ == 1.0
+
+
+def test_an_env_observation_wins_over_what_the_model_was_asked(tmp_path) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+    with at.episode():
+        with at.env_reset() as reset:
+            reset.record(observation="start")
+        _llm(0)
+        with at.env_step() as step:
+            step.record(action="a0", observation="next", reward=0.5)
+        _llm(1)
+    run = read_run(runtime)
+    assert_same_episodes(run.live, run.offline)
+    (trajectory,) = run.live
+    seen_and_done = [(s.observation, s.action) for s in trajectory.steps]
+    assert seen_and_done == [("start", "a0"), ("next", "r1")]
+
+
+def test_a_final_turn_takes_the_reward_and_flags_its_llm_scope_gives(tmp_path) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+    final = {"final_on": "length", "final_reward": 0.0, "final_terminated": True}
+    with at.episode() as episode:
+        _llm(0)
+        _env(2)
+        with at.llm_call("policy", **final) as call:  # cut: the episode's last turn
+            call.record(output_messages=[{"role": "assistant", "content": "rambl"}])
+            call.record(finish_reasons=["length"])
+        with at.llm_call("policy", **final) as call:  # not cut: an ordinary turn after it
+            call.record(finish_reasons=["stop"])
+    run = read_run(runtime)
+    assert_same_episodes(run.live, run.offline)
+    (trajectory,) = run.live
+    cut = trajectory.steps[1]
+    assert (cut.action, cut.reward, cut.terminated, cut.truncated) == ("rambl", 0.0, True, True)
+    # The later call joined the cut one's turn and changed nothing: the flags stand.
+    assert len(trajectory.steps) == 2 and len(cut.llm_calls) == 2
+    assert trajectory.status == "completed" and trajectory.return_ == 2.0
+    assert episode.length == 2
+
+
+def test_a_record_wins_over_every_other_span_of_its_step(tmp_path) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+
+    @StepRecordScope(index_base=1)
+    def record_step(index, observation, action, reward, terminated, truncated, info):
+        pass
+
+    with at.episode():
+        with at.timestep() as step:
+            step.record(observation="t-obs", reward=5.0, terminated=False)
+            with at.env_step() as env:
+                env.record(action="env-action", reward=1.0, truncated=True, info={"env": 1})
+        record_step(1, ["m"], "recorded", 0.25, True, False, {"mine": 2})
+    run = read_run(runtime)
+    assert_same_episodes(run.live, run.offline)
+    (trajectory,) = run.live
+    (step,) = trajectory.steps
+    assert (step.observation, step.action, step.reward) == (["m"], "recorded", 0.25)
+    assert (step.terminated, step.truncated) == (True, False)
+    assert step.info == {"env": 1, "mine": 2}  # info dicts merge, the record's keys winning
+    assert trajectory.return_ == 0.25 and trajectory.status == "completed"
+
+
+def test_a_record_with_an_index_below_its_base_is_left_out_and_said(tmp_path, caplog) -> None:
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+
+    @StepRecordScope(index_base=1)
+    def record_step(index, reward):
+        return "kept"
+
+    with at.episode():
+        _env(1)
+        assert record_step(0, 9.0) == "kept"  # the program's own call runs as ever
+        assert record_step("x", 9.0) == "kept"
+    (trajectory,) = read_run(runtime).live
+    assert [s.reward for s in trajectory.steps] == [1.0]
+    assert "step.record call's index 0 is not a step number of base 1" in caplog.text

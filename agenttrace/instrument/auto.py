@@ -72,6 +72,7 @@ from agenttrace.instrument.spans import EpisodeScope
 from agenttrace.instrument.targets import (
     RECEIVER_NAME,
     ROLES,
+    SETTINGS,
     Resolved,
     Site,
     Target,
@@ -294,6 +295,8 @@ def _template(target: Target, tracer_provider: Any) -> _Scope:
     extractor = resolve_extractor(target)
     if extractor is not None:
         options["extractor"] = extractor
+    known = SETTINGS.get(target.role, {})
+    options.update((known[name][1], value) for name, value in target.settings.items())
     per_call = _paths(target, lambda name: name in EpisodeScope.PER_CALL_OPTIONS)
     arguments = _paths(target, lambda name: name not in EpisodeScope.PER_CALL_OPTIONS)
     if per_call:

@@ -5,11 +5,14 @@ A target is written ``module:Qualified.name=role`` with optional ``[key=value,..
     pkg.runner:Runner.play_episode=episode[task_id=task.id]
     pkg.env:Env.step=env.step[extractor=gymnasium]
     pkg.env:Env.step=env.step[extractor=pkg.readers:read_step,action=request.action]
+    pkg.agent:Agent.generate=llm[final_on=length,reward=0,terminated=true]
 
 Several targets are separated by ``;`` or new lines (``AGENTTRACE_TARGETS``). A file
 (``AGENTTRACE_TARGETS_FILE``, TOML or JSON) lists them under ``targets``, as such strings or
-as tables with ``path``, ``role``, ``extractor`` and ``arguments``. docs/auto-instrumentation.md
-is the user guide.
+as tables with ``path``, ``role``, ``extractor``, ``arguments`` and ``settings``. An option is
+an *argument* option (a field the role records, read from the named argument of each call) or
+a *setting* (a fixed value: ``final_on=length``, ``index_base=1``).
+docs/auto-instrumentation.md is the user guide.
 
 This module only parses and resolves (imports the module, finds the attribute, checks it is a
 function or method, works out how it binds). Patching is agenttrace.instrument.auto's job.
@@ -37,6 +40,7 @@ from agenttrace.instrument.spans import (
     EnvStepScope,
     EpisodeScope,
     LLMCallScope,
+    StepRecordScope,
     TimestepScope,
 )
 
@@ -50,6 +54,7 @@ ROLES: dict[str, type[_Scope]] = {
         AgentActScope,
         EnvStepScope,
         LLMCallScope,
+        StepRecordScope,
     )
 }
 
@@ -64,6 +69,63 @@ ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
     sc.AGENT_ACT: ("observation",),
     sc.ENV_STEP: ("action",),
     LLMCallScope.role: ("model", "messages"),
+    sc.STEP_RECORD: StepRecordScope.FIELDS,
+}
+
+
+def _finish_reasons(value: Any) -> tuple[str, ...]:
+    """``length`` or ``length|content_filter`` (text), or a list of reasons (a file)."""
+    reasons = value.split("|") if isinstance(value, str) else value
+    if not isinstance(reasons, (list, tuple)) or not reasons:
+        raise ValueError("expected a finish reason or several joined by '|' (length|stop)")
+    cleaned = tuple(str(reason).strip() for reason in reasons)
+    if not all(cleaned):
+        raise ValueError("a finish reason is empty")
+    return cleaned
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("expected a number")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError("expected a finite number")
+    return number
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError("expected an integer")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected an integer") from None
+
+
+#: Per role, its settings (fixed values, not arguments): name -> (reader of the value, the
+#: keyword of the role's scope it is given as).
+SETTINGS: dict[str, dict[str, tuple[Callable[[Any], Any], str]]] = {
+    LLMCallScope.role: {
+        "final_on": (_finish_reasons, "final_on"),
+        "reward": (_number, "final_reward"),
+        "terminated": (_flag, "final_terminated"),
+        "truncated": (_flag, "final_truncated"),
+    },
+    sc.STEP_RECORD: {"index_base": (_integer, "index_base")},
 }
 
 #: Roles whose return value is read by an extractor: a step result (env.step, timestep) or
@@ -77,7 +139,7 @@ _ENTRY = re.compile(
     r"^(?P<path>[^=\[\]\s]+)\s*=\s*(?P<role>[A-Za-z_.]+)\s*(?:\[(?P<options>[^\[\]]*)\])?$"
 )
 _ARGUMENT_PATH = re.compile(rf"^{_DOTTED}$")
-_FILE_KEYS = ("path", "role", "extractor", "arguments")
+_FILE_KEYS = ("path", "role", "extractor", "arguments", "settings")
 #: In an argument option, the object (or class) a method is called on (``env=self.env``).
 RECEIVER_NAME = "self"
 
@@ -94,13 +156,15 @@ class Target:
     env.step and timestep) a built-in extractor name, a ``module:function`` import path or a
     callable ``result -> StepResult | None``; ``arguments`` maps a field the role records
     (:data:`ARGUMENT_FIELDS`) to the argument holding it, optionally followed by attribute or
-    key names (``{"task_id": "task.id"}``).
+    key names (``{"task_id": "task.id"}``); ``settings`` gives the role's fixed options
+    (:data:`SETTINGS`, ``{"final_on": "length"}``).
     """
 
     path: str
     role: str
     extractor: str | Callable[[Any], Any] | None = None
     arguments: Mapping[str, str] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not _PATH.match(self.path.strip()):
@@ -136,9 +200,12 @@ class Target:
                 raise TargetError(f"target {self.path}: extractor must be a name or callable")
         arguments = dict(self.arguments)
         allowed = ARGUMENT_FIELDS[self.role]
+        object.__setattr__(self, "settings", self._checked_settings())
         for name, where in arguments.items():
             if name not in allowed:
-                accepted = (*allowed, "extractor") if self.role in EXTRACTOR_ROLES else allowed
+                accepted = (*allowed, *SETTINGS.get(self.role, ()))
+                if self.role in EXTRACTOR_ROLES:
+                    accepted = (*accepted, "extractor")
                 raise TargetError(
                     f"target {self.path}: role {self.role} has no option {name!r}; it accepts "
                     + (", ".join(accepted) if accepted else "none")
@@ -149,6 +216,28 @@ class Target:
                     "followed by attribute or key names (e.g. task.id)"
                 )
         object.__setattr__(self, "arguments", arguments)
+
+    def _checked_settings(self) -> dict[str, Any]:
+        known = SETTINGS.get(self.role, {})
+        settings: dict[str, Any] = {}
+        for name, value in dict(self.settings).items():
+            if name not in known:
+                raise TargetError(
+                    f"target {self.path}: role {self.role} has no setting {name!r}"
+                    + (f"; its settings: {', '.join(known)}" if known else "")
+                )
+            read = known[name][0]
+            try:
+                settings[name] = read(value)
+            except (TypeError, ValueError) as exc:
+                raise TargetError(f"target {self.path}: {name}={value!r}: {exc}") from None
+        if self.role == LLMCallScope.role and "final_on" not in settings and settings:
+            raise TargetError(
+                f"target {self.path}: {', '.join(settings)}: these describe the episode's "
+                "final turn; add final_on (the finish reason that ends the episode, e.g. "
+                "final_on=length)"
+            )
+        return settings
 
     @property
     def module(self) -> str:
@@ -164,6 +253,10 @@ class Target:
 
     def __str__(self) -> str:
         options = [f"{k}={v}" for k, v in self.arguments.items()]
+        for name, value in self.settings.items():
+            if isinstance(value, tuple):
+                value = "|".join(value)
+            options.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
         if self.extractor is not None:
             extractor = self.extractor
             name = extractor if isinstance(extractor, str) else _callable_name(extractor)
@@ -195,7 +288,11 @@ def parse_target(text: str) -> Target:
             raise TargetError(f"target {entry!r}: option {key!r} given twice")
         options[key] = value
     extractor = options.pop("extractor", None)
-    return Target(match["path"], match["role"], extractor=extractor, arguments=options)
+    known = SETTINGS.get(match["role"], {})
+    settings = {name: options.pop(name) for name in list(options) if name in known}
+    return Target(
+        match["path"], match["role"], extractor=extractor, arguments=options, settings=settings
+    )
 
 
 def parse_targets(text: str) -> tuple[list[Target], list[TargetError]]:
@@ -238,7 +335,16 @@ def _target_from_table(table: Mapping[str, Any]) -> Target:
     arguments = table.get("arguments") or {}
     if not isinstance(arguments, Mapping):
         raise TargetError(f"target {where}: 'arguments' must be a table of field = argument")
-    return Target(str(table["path"]), str(table["role"]), table.get("extractor"), dict(arguments))
+    settings = table.get("settings") or {}
+    if not isinstance(settings, Mapping):
+        raise TargetError(f"target {where}: 'settings' must be a table of name = value")
+    return Target(
+        str(table["path"]),
+        str(table["role"]),
+        table.get("extractor"),
+        dict(arguments),
+        dict(settings),
+    )
 
 
 def read_targets_file(path: str | Path) -> tuple[list[Target], list[TargetError]]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
-from agenttrace.trajectory.codec import RawJSON, as_raw_json, is_json
+from agenttrace.trajectory.codec import RawJSON, as_raw_json, dumps, is_json
 from agenttrace.trajectory.lossy import lossy_fields
 from agenttrace.trajectory.model import (
     EpisodeError,
@@ -510,9 +510,7 @@ def _build_steps(
         if last_call is first_call:
             last_call = None
         present = [
-            r
-            for r in (first_call, last_call, timestep, act, env_step, recorded)
-            if r is not None
+            r for r in (first_call, last_call, timestep, act, env_step, recorded) if r is not None
         ]
         merged: dict[str, Any] = {}
         infos = []
@@ -682,11 +680,14 @@ def _complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanReco
         roles = parts.get(step.index, {})
         if sc.TIMESTEP in roles or sc.AGENT_ACT in roles:
             continue
+        calls = step.llm_calls
         if raw_content(step, "observation") is None:
-            step.observation = raw_content(step.llm_calls[0], "input_messages")
-        last = step.llm_calls[-1]
+            step.observation = raw_content(calls[0], "input_messages")
+        answered = [call for call in calls if raw_content(call, "output_messages") is not None]
+        last = answered[-1] if answered else calls[-1]
         if raw_content(step, "action") is None:
-            step.action = _reply(last.output_messages)
+            reply = _reply(last.output_messages)
+            step.action = None if reply is None else RawJSON(dumps(reply))
         if (
             sc.ENV_STEP not in roles
             and "length" in (last.finish_reasons or ())
