@@ -517,6 +517,44 @@ def test_calls_outside_timesteps_join_the_next_step(pipeline, server, instrument
     ]
 
 
+def test_an_inline_loop_of_llm_turns_with_the_openai_span_nested(pipeline, server, instrument):
+    """An agent loop with no timestep: the decorated model-call function makes the turns, the
+    openai-v2 span inside it is the same call, and the turn after the last env step (a reply
+    cut at max_tokens) is a step of its own."""
+    instrument("span_only")
+    client = client_for(server)
+
+    @at.llm_call(final_on="length", final_reward=0.0, final_terminated=True)
+    def generate(messages: list[dict], max_tokens: int) -> Any:
+        return client.chat.completions.create(
+            model="gpt-test", messages=messages, max_tokens=max_tokens
+        )
+
+    prompts = [[{"role": "user", "content": f"turn {i}"}] for i in range(2)]
+    with at.episode():
+        reply = generate(prompts[0], max_tokens=64)
+        with at.env_step() as step:
+            step.record(action=reply.choices[0].message.content, reward=0.5)
+        generate(prompts[1], max_tokens=1)
+    result = read_run(pipeline)
+    assert result.offline == result.live
+    (trajectory,) = result.live
+    first, last = trajectory.steps
+    answers = [exchange["response"] for exchange in server.exchanges]
+    assert [len(step.llm_calls) for step in trajectory.steps] == [1, 1]  # one call each
+    for step, prompt, answered in zip(trajectory.steps, prompts, answers, strict=True):
+        (call,) = step.llm_calls
+        assert call.input_messages == prompt
+        assert call.output_messages == [reply_message(answered)]
+        assert call.output_tokens == answered["usage"]["completion_tokens"]
+    assert answers[1]["choices"][0]["finish_reason"] == "length"
+    assert (first.observation, first.reward, first.truncated) == (prompts[0], 0.5, False)
+    cut = answers[1]["choices"][0]["message"]["content"]
+    assert (last.observation, last.action) == (prompts[1], cut)
+    assert (last.reward, last.terminated, last.truncated) == (0.0, True, True)
+    assert trajectory.status == sc.STATUS_COMPLETED and trajectory.length == 2
+
+
 # --- other GenAI formats, written with the real SDK -------------------------------------------
 
 

@@ -737,7 +737,9 @@ def env_step(*args: Any, **kwargs: Any) -> Any:
 
 
 def llm_call(*args: Any, **kwargs: Any) -> Any:
-    """A GenAI ``chat {model}`` span. Keywords: model, provider, operation, attributes."""
+    """A GenAI ``chat {model}`` span. Keywords: model, provider, operation, attributes,
+    extractor; final_on, final_reward, final_terminated, final_truncated (what a call whose
+    finish reason is one of final_on means: the episode's last turn, docs/tracing-api.md)."""
     return _bare_or_configured(LLMCallScope, args, kwargs)
 
 
