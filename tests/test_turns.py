@@ -10,6 +10,7 @@ import pytest
 from conftest import assert_same_episodes, read_run
 
 import agenttrace as at
+from agenttrace import _logging
 from agenttrace.instrument.spans import StepRecordScope
 
 
@@ -211,7 +212,10 @@ def test_a_record_wins_over_every_other_span_of_its_step(tmp_path) -> None:
     assert trajectory.return_ == 0.25 and trajectory.status == "completed"
 
 
-def test_a_record_with_an_index_below_its_base_is_left_out_and_said(tmp_path, caplog) -> None:
+def test_a_record_with_an_index_below_its_base_is_left_out_and_said(
+    tmp_path, caplog, monkeypatch
+) -> None:
+    monkeypatch.setattr(_logging, "_warned", set())  # (said once per process)
     runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
 
     @StepRecordScope(index_base=1)
