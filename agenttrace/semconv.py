@@ -46,6 +46,9 @@ EPISODE_LENGTH = "rl.episode.length"
 
 # Step structure and outcome.
 TIMESTEP_INDEX = "rl.timestep.index"
+#: On a model call made outside any step span, in an episode without timesteps: the call is
+#: (part of) the agent turn at its rl.timestep.index, a step even when no step span has it.
+TIMESTEP_TURN = "rl.timestep.turn"
 REWARD = "rl.reward"
 DONE = "rl.done"
 TERMINATED = "rl.terminated"

@@ -11,7 +11,9 @@ from conftest import assert_same_episodes, read_run
 
 import agenttrace as at
 from agenttrace import _logging
+from agenttrace import semconv as sc
 from agenttrace.instrument.spans import StepRecordScope
+from agenttrace.storage import read_otlp_json
 
 
 def _act(n: int) -> None:
@@ -229,3 +231,24 @@ def test_a_record_with_an_index_below_its_base_is_left_out_and_said(
     (trajectory,) = read_run(runtime).live
     assert [s.reward for s in trajectory.steps] == [1.0]
     assert "step.record call's index 0 is not a step number of base 1" in caplog.text
+
+
+def test_a_call_inside_a_step_whose_spans_never_arrived_goes_with_them(tmp_path) -> None:
+    """Only calls made outside any step span are turns of their own: a call inside a timestep
+    carries its index too, but with the timestep lost the step is missing, not made up."""
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+    with at.episode():
+        for n in range(3):
+            with at.timestep():
+                _llm(n)
+                _env(n)
+    runtime.shutdown()
+    records = list(read_otlp_json(runtime.span_paths))
+    lost = [
+        r for r in records if r.attributes.get(sc.TIMESTEP_INDEX) == 1 and r.name in sc.STEP_ROLES
+    ]
+    assert {r.name for r in lost} == {sc.TIMESTEP, sc.ENV_STEP}
+    (trajectory,) = at.assemble([r for r in records if r not in lost])
+    assert [s.index for s in trajectory.steps] == [0, 2]
+    assert trajectory.missing_steps == [1]
+    assert [len(s.llm_calls) for s in trajectory.steps] == [1, 1]

@@ -595,6 +595,7 @@ class LLMCallScope(_Scope):
             # A call outside any step span, in an episode that has no timesteps: an agent
             # turn, a step of its own unless an env.step consumes it (docs/tracing-api.md).
             attributes[sc.TIMESTEP_INDEX] = frame.episode.turn_index(self.role)
+            attributes[sc.TIMESTEP_TURN] = True
         self._step_index = attributes.get(sc.TIMESTEP_INDEX)
         return frame
 

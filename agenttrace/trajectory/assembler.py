@@ -150,7 +150,7 @@ class EpisodeAssembly:
 
     def add(self, records: Iterable[SpanRecord]) -> None:
         step_roles = _STEP_ROLES
-        index_key = sc.TIMESTEP_INDEX
+        index_key, turn_key = sc.TIMESTEP_INDEX, sc.TIMESTEP_TURN
         retained = self.records
         size = self.retained_bytes
         for record in records:
@@ -171,9 +171,9 @@ class EpisodeAssembly:
                 span = self._episode_span
                 if span is None or record.start_time < span.start_time:
                     self._episode_span = record
-            elif index_key in record.attributes:  # a model call that is a turn of its own
-                index = record.attributes[index_key]
-                if type(index) is int and index > self._settled_upto:
+            elif turn_key in record.attributes:  # a model call that is (part of) a turn
+                index = record.attributes.get(index_key)
+                if _is_turn(record, index) and index > self._settled_upto:
                     self._seen.add(index)
             if self._first is None:
                 self._first = record
@@ -409,7 +409,7 @@ def _parts_of(
 ) -> tuple[dict[int, dict[str, SpanRecord]], list[SpanRecord]]:
     """The step spans by index and role, and the GenAI spans (one pass).
 
-    A model call that carries an index of its own is part of that step too, under
+    A model call that is (part of) an agent turn is part of its step too, under
     ``_FIRST_CALL``/``_LAST_CALL``.
     """
     parts: dict[int, dict[str, SpanRecord]] = {}
@@ -434,7 +434,7 @@ def _parts_of(
                 continue
             genai_records.append(record)
             index = record.attributes.get(index_key)
-            if kind == genai.MODEL_CALL and type(index) is int and index >= 0:
+            if _is_turn(record, index):
                 roles = parts.setdefault(index, {})
                 first = roles.get(_FIRST_CALL)
                 if first is None or record.start_time < first.start_time:
@@ -443,6 +443,18 @@ def _parts_of(
                 if last is None or (record.end_time or 0) > (last.end_time or 0):
                     roles[_LAST_CALL] = record
     return parts, genai_records
+
+
+def _is_turn(record: SpanRecord, index: Any) -> bool:
+    """Whether ``record`` is a model call that makes (part of) the agent turn at ``index``:
+    marked so by agenttrace, which only does it outside any step span. (A call inside a step
+    carries that step's index too, but if the step's spans never arrived it goes with them.)"""
+    return (
+        record.attributes.get(sc.TIMESTEP_TURN) is True
+        and type(index) is int
+        and index >= 0
+        and genai.call_kind(record) == genai.MODEL_CALL
+    )
 
 
 def _step_finder(records: Sequence[SpanRecord]) -> Callable[[SpanRecord], int | None]:
