@@ -318,6 +318,17 @@ SETTINGS: tuple[Setting, ...] = (
         "but never called in this process, so that 'nothing traced' is never silent. Read by "
         "AgentTraceInstrumentor, not by configure().",
     ),
+    Setting(
+        "gymnasium",
+        "AGENTTRACE_GYMNASIUM",
+        _parse_bool,
+        False,
+        "Record every gymnasium environment the program makes, with no code: "
+        "instrument_gymnasium() runs when gymnasium is first imported, so environments from "
+        "gymnasium.make are TracedEnv-wrapped and vector environments from gymnasium.make_vec "
+        "TracedVectorEnv-wrapped (an episode per reset-to-terminal run, docs/env-wrappers.md). "
+        "Read by AgentTraceInstrumentor, not by configure().",
+    ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
 
@@ -362,6 +373,7 @@ class Settings:
     exit_timeout: float
     exit_report: bool
     warn_uncalled_targets: bool
+    gymnasium: bool
 
 
 def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settings:

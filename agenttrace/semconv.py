@@ -35,6 +35,8 @@ STEP_ROLES = (TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD)
 EPISODE_ID = "rl.episode.id"  # on the episode and stamped on every descendant span
 TASK_ID = "rl.task.id"
 ENV_NAME = "rl.env.name"
+#: Which sub-environment of a vector environment the episode ran on (0, 1, ...).
+ENV_INDEX = "rl.env.index"
 AGENT_NAME = "rl.agent.name"
 POLICY_VERSION = "rl.policy.version"
 EPISODE_SEED = "rl.episode.seed"

@@ -26,6 +26,7 @@ from test_gymnasium import EpisodeRun, assert_same, check_trajectory, make_polic
 
 import agenttrace as at
 from agenttrace import semconv as sc
+from agenttrace.instrument.vector import TracedVectorEnv
 from agenttrace.instrument.wrappers import (
     TracedDmEnv,
     TracedEnv,
@@ -277,6 +278,7 @@ def test_gymnasium_spans_nest_and_the_callers_context_stays(pipeline):
 def test_instrument_gymnasium_patches_make_and_restores_it_exactly(pipeline):
     original_make = gymnasium.make
     original_registration_make = gymnasium.envs.registration.make
+    original_make_vec = gymnasium.make_vec
 
     def nested_entry_point(**kwargs: Any) -> gym.Env:
         return gym.make("CartPole-v1", **kwargs)  # a make inside make: not traced itself
@@ -306,13 +308,16 @@ def test_instrument_gymnasium_patches_make_and_restores_it_exactly(pipeline):
         assert [type(w) for w in layers].count(TracedEnv) == 1
 
         vector = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-        assert all(isinstance(sub, TracedEnv) for sub in vector.envs)
+        assert isinstance(vector, TracedVectorEnv)  # sub-envs recorded from the batches ...
+        assert not any(isinstance(sub, TracedEnv) for sub in vector.env.envs)  # ... once
         vector.close()
     finally:
         uninstrument_gymnasium()
         del gymnasium.envs.registration.registry["AgentTraceNested-v0"]
     assert gymnasium.make is original_make
     assert gymnasium.envs.registration.make is original_registration_make
+    assert gymnasium.make_vec is original_make_vec
+    assert not isinstance(gym.make_vec("CartPole-v1", num_envs=2), TracedVectorEnv)
     assert not isinstance(gym.make("CartPole-v1"), TracedEnv)
     uninstrument_gymnasium()  # not instrumented: nothing to do
 

@@ -624,6 +624,8 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 logger.exception("agenttrace: instrumenting %s failed", resolved.target)
         self._patcher = patcher
         self._propagation = propagate_patches.apply(propagate)
+        if given is None and _setting("gymnasium", False):
+            _instrument_gymnasium_on_import()
         for target in later:
             _wait_for_import(self, patcher, target)
         if waiting:
@@ -765,6 +767,28 @@ def _report_uncalled_at_exit(instrumentor: AgentTraceInstrumentor) -> None:
         atexit.register(_warn_uncalled, instrumentor)
 
 
+def _setting(name: str, default: Any) -> Any:
+    """A setting read from the environment; a bad value was reported by configure()."""
+    try:
+        return config.read_setting(name)
+    except config.ConfigError:
+        return default
+
+
+def _instrument_gymnasium_on_import() -> None:
+    """``AGENTTRACE_GYMNASIUM``: instrument gymnasium once it is imported (now if it is)."""
+
+    def instrument(module: types.ModuleType) -> None:
+        try:
+            from agenttrace.instrument.wrappers import instrument_gymnasium
+
+            instrument_gymnasium()
+        except Exception:
+            logger.exception("agenttrace: AGENTTRACE_GYMNASIUM: instrumenting gymnasium failed")
+
+    wrapt.register_post_import_hook(instrument, "gymnasium")
+
+
 def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
     patcher = instrumentor._patcher
     if patcher is None:
@@ -777,11 +801,8 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
             target,
             target.module,
         )
-    try:
-        if not config.read_setting("warn_uncalled_targets"):
-            return
-    except config.ConfigError:
-        pass  # a bad value is reported by configure(); warn as by default
+    if not _setting("warn_uncalled_targets", True):
+        return
     uncalled = patcher.uncalled()
     if uncalled and _started_a_ray_session():
         logger.debug("agenttrace: a Ray driver; targets never called here: %s", uncalled)

@@ -479,7 +479,7 @@ def _gym_env_name(env: Any) -> str:
     return type(getattr(env, "unwrapped", env)).__name__
 
 
-_patches: list[tuple[Any, Any, Any]] = []  # (module, original make, our proxy)
+_patches: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, our proxy)
 _patch_lock = threading.Lock()
 _in_make: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "agenttrace_in_gymnasium_make", default=False
@@ -487,11 +487,13 @@ _in_make: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 def instrument_gymnasium(**options: Any) -> None:
-    """Make ``gymnasium.make`` (and ``EnvSpec.make``, ``make_vec``'s sub-environments) return
-    :class:`TracedEnv`-wrapped environments; ``options`` are TracedEnv's keywords.
+    """Make ``gymnasium.make`` (and ``EnvSpec.make``) return :class:`TracedEnv`-wrapped
+    environments and ``gymnasium.make_vec`` :class:`~agenttrace.instrument.vector.
+    TracedVectorEnv`-wrapped vector environments; ``options`` are TracedEnv's keywords.
 
-    Environments made inside another ``make`` call are left alone (the outer one is traced).
-    Calling it again while instrumented changes nothing (log message).
+    Environments made inside another ``make`` or ``make_vec`` call are left alone (the outer
+    one is traced: a vector environment's sub-environments are recorded from its batched
+    results). Calling it again while instrumented changes nothing (log message).
     """
     if gymnasium is None:
         raise ImportError("instrument_gymnasium needs gymnasium: " + install_hint("gym"))
@@ -510,24 +512,26 @@ def instrument_gymnasium(**options: Any) -> None:
         if _patches:
             logger.info("agenttrace: gymnasium is already instrumented")
             return
-        wrapper = functools.partial(_traced_make, options=dict(options))
-        for module in (gymnasium, gymnasium.envs.registration):
-            original = module.make
-            proxy = wrapt.FunctionWrapper(original, wrapper)
-            module.make = proxy
-            _patches.append((module, original, proxy))
+        for name, traced in (("make", _traced_make), ("make_vec", _traced_make_vec)):
+            wrapper = functools.partial(traced, options=dict(options))
+            for module in (gymnasium, gymnasium.envs.registration):
+                original = getattr(module, name)
+                proxy = wrapt.FunctionWrapper(original, wrapper)
+                setattr(module, name, proxy)
+                _patches.append((module, name, original, proxy))
 
 
 def uninstrument_gymnasium() -> None:
-    """Put back exactly the ``make`` functions :func:`instrument_gymnasium` replaced."""
+    """Put back exactly the functions :func:`instrument_gymnasium` replaced."""
     with _patch_lock:
-        for module, original, proxy in reversed(_patches):
-            if module.make is proxy:
-                module.make = original
+        for module, name, original, proxy in reversed(_patches):
+            if getattr(module, name) is proxy:
+                setattr(module, name, original)
             else:
                 logger.warning(
-                    "agenttrace: %s.make was replaced after agenttrace patched it; left as it is",
+                    "agenttrace: %s.%s was replaced after agenttrace patched it; left as it is",
                     module.__name__,
+                    name,
                 )
         _patches.clear()
 
@@ -549,6 +553,37 @@ def _traced_make(
     except Exception:
         _internal_error("wrapping an env made by gymnasium.make")
         return env
+
+
+def _traced_make_vec(
+    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict, *, options: dict
+) -> Any:
+    from agenttrace.instrument.vector import TracedVectorEnv
+
+    if _in_make.get():
+        return wrapped(*args, **kwargs)
+    token = _in_make.set(True)  # its sub-environments are recorded from the batched results
+    try:
+        envs = wrapped(*args, **kwargs)
+    finally:
+        _in_make.reset(token)
+    if not isinstance(envs, gymnasium.vector.VectorEnv) or _is_traced_vector(envs):
+        return envs
+    try:
+        return TracedVectorEnv(envs, **options)
+    except Exception:
+        _internal_error("wrapping a vector env made by gymnasium.make_vec")
+        return envs
+
+
+def _is_traced_vector(envs: Any) -> bool:
+    from agenttrace.instrument.vector import TracedVectorEnv
+
+    while envs is not None:
+        if isinstance(envs, TracedVectorEnv):
+            return True
+        envs = getattr(envs, "env", None)
+    return False
 
 
 # --- dm_env ----------------------------------------------------------------------------------

@@ -1,0 +1,271 @@
+"""Vector environments: one episode per sub-environment run, from the batched calls.
+
+A ``gymnasium.vector.VectorEnv`` plays N sub-environments in lockstep and resets each one by
+itself when it ends (its *autoreset mode*). No function of the user's loop delimits an
+episode, and the batched results mix N of them. :class:`TracedVectorEnv` splits them again::
+
+    envs = TracedVectorEnv(gym.make_vec("CartPole-v1", num_envs=4))
+    obs, info = envs.reset(seed=0)  # opens one episode per sub-environment
+    ...  # envs.step(actions) as usual
+
+Each sub-environment's reset-to-terminal run is an ``episode`` span (attribute
+``rl.env.index``: which sub-environment) with its ``env.reset`` and one ``env.step`` span per
+step, exactly what :class:`~agenttrace.instrument.wrappers.TracedEnv` records for a single
+environment, so the trajectories are the same as if each sub-environment had been played
+alone. All three autoreset modes are followed (gymnasium's ``AutoresetMode``):
+
+* next-step: a sub-environment that ended is reset by the *next* ``step()`` call, whose
+  result for it is the new episode's reset (its action is ignored);
+* same-step: the ending step's result already holds the next episode's reset; its own last
+  observation and info are in ``info["final_obs"]`` / ``info["final_info"]``;
+* disabled: ``reset(options={"reset_mask": mask})`` resets the masked sub-environments.
+
+Spans of a sub-environment are started before the batched call and ended after it, so they
+cover it; none is made current (the N runs share one call). The vector environment itself
+runs wherever it runs (sync, async worker processes, a native vector implementation): only
+its batched results are read, in this process. :func:`~agenttrace.instrument.wrappers.
+instrument_gymnasium` wraps what ``gymnasium.make_vec`` returns.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from agenttrace import pipeline
+from agenttrace import semconv as sc
+from agenttrace._logging import internal_error as _internal_error
+from agenttrace._version import install_hint
+from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope
+
+try:
+    import gymnasium
+    from gymnasium.vector import AutoresetMode, VectorWrapper
+    from gymnasium.vector.utils import iterate
+except ImportError:  # TracedVectorEnv then explains what to install
+    gymnasium = None  # type: ignore[assignment]
+    VectorWrapper = object  # type: ignore[assignment, misc]
+
+_FINAL_KEYS = ("final_obs", "final_info")
+
+
+class _SubEnv:
+    """One sub-environment's open episode (and the key its episode registers under)."""
+
+    __slots__ = ("__weakref__", "episode", "index", "needs_reset")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.episode: EpisodeScope | None = None
+        self.needs_reset = False  # next-step autoreset: its next step() result is a reset
+
+
+class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
+    """A ``gymnasium.vector.VectorWrapper`` that records each sub-environment's episodes.
+
+    Keywords are :class:`~agenttrace.instrument.wrappers.TracedEnv`'s (``task_id``,
+    ``env_name``, ``agent_name``, ``policy_version``, ``attributes``, ``collector``), given to
+    every sub-environment's episodes. ``close()`` ends the episodes still open ``aborted``.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        *,
+        task_id: str | None = None,
+        env_name: str | None = None,
+        agent_name: str | None = None,
+        policy_version: str | None = None,
+        attributes: dict[str, Any] | None = None,
+        collector: Any = None,
+    ) -> None:
+        if gymnasium is None:
+            raise ImportError("TracedVectorEnv needs gymnasium: " + install_hint("gym"))
+        from agenttrace.instrument.wrappers import _checked_collector, _episode_options
+
+        super().__init__(env)
+        if env_name is None:
+            spec = getattr(env, "spec", None)
+            env_name = getattr(spec, "id", None) or type(env.unwrapped).__name__
+        self._at_options = _episode_options(
+            task_id, env_name, agent_name, policy_version, attributes
+        )
+        self._at_collector = _checked_collector(collector)
+        self._at_subs = [_SubEnv(i) for i in range(env.num_envs)]
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self._at_mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
+
+    # --- the gymnasium API ----------------------------------------------------------------
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> Any:
+        mask = (options or {}).get("reset_mask")  # (read first: the vector env pops it)
+        result = self.env.reset(seed=seed, options=options)
+        try:
+            observations, infos = result
+            for sub, observation in zip(
+                self._at_subs, iterate(self.observation_space, observations), strict=True
+            ):
+                if mask is None or bool(mask[sub.index]):
+                    self._open(sub, observation, _sub_info(infos, sub.index), _seed(seed, sub))
+        except Exception:
+            _internal_error("recording a vector env reset")
+        return result
+
+    def step(self, actions: Any) -> Any:
+        steps = self._start_steps(actions)
+        try:
+            result = self.env.step(actions)
+        except BaseException as exc:
+            self._fail(steps, exc)
+            raise
+        try:
+            self._finish_steps(steps, result)
+        except Exception:
+            _internal_error("recording a vector env step")
+        return result
+
+    def close(self, **kwargs: Any) -> Any:
+        """Episodes still open end ``aborted``; then the vector environment closes."""
+        for sub in self._at_subs:
+            self._end(sub, sc.STATUS_ABORTED)
+        return self.env.close(**kwargs)
+
+    # --- recording ------------------------------------------------------------------------
+
+    def _open(self, sub: _SubEnv, observation: Any, info: Any, seed: int | None) -> None:
+        """A new episode on ``sub``, its reset recorded (one still open ends abandoned)."""
+        self._end(sub, sc.STATUS_ABANDONED)
+        sub.needs_reset = False
+        runtime = pipeline.get_default()
+        if not runtime.enabled:
+            return
+        options = dict(self._at_options)
+        options["attributes"] = {**(options["attributes"] or {}), sc.ENV_INDEX: sub.index}
+        episode = EpisodeScope(env=sub, seed=seed, runtime=runtime, **options).start()
+        sub.episode = episode
+        if self._at_collector is not None and episode.id and episode.span.is_recording():
+            from agenttrace.instrument.wrappers import _collector_for
+
+            _collector_for(runtime.provider).watch(episode.id, self._at_collector)
+        reset = _started_in(episode, EnvResetScope(runtime=runtime))
+        if reset is not None:
+            reset.record(observation=observation, info=info)
+            reset.end()
+
+    def _start_steps(self, actions: Any) -> list[EnvStepScope | None]:
+        """An env.step span for each sub-environment about to play a step of an episode."""
+        steps: list[EnvStepScope | None] = [None] * len(self._at_subs)
+        try:
+            per_env = iterate(self.action_space, actions)
+            for sub, action in zip(self._at_subs, per_env, strict=True):
+                episode = sub.episode
+                if episode is None or sub.needs_reset:
+                    continue  # this call resets it (next-step), or no episode is open
+                step = _started_in(episode, EnvStepScope(extractor="gymnasium"))
+                if step is not None:
+                    step.record(action=action)
+                    steps[sub.index] = step
+        except Exception:
+            _internal_error("starting a vector env step")
+        return steps
+
+    def _finish_steps(self, steps: list[EnvStepScope | None], result: Any) -> None:
+        observations, rewards, terminations, truncations, infos = result
+        same_step = self._at_mode == AutoresetMode.SAME_STEP
+        for sub, observation in zip(
+            self._at_subs, iterate(self.observation_space, observations), strict=True
+        ):
+            i = sub.index
+            info = _sub_info(infos, i, skip=_FINAL_KEYS if same_step else ())
+            if sub.needs_reset:  # next-step autoreset: this result is the new episode's reset
+                self._open(sub, observation, info, None)
+                continue
+            step = steps[i]
+            terminated, truncated = bool(terminations[i]), bool(truncations[i])
+            ended = terminated or truncated
+            if ended and same_step:  # the result holds the next episode's reset already
+                final = _sub_info(infos, i).get("final_info", {})
+                reset_observation, reset_info = observation, info
+                observation, info = infos["final_obs"][i], final
+            if step is not None:
+                step.record_result((observation, float(rewards[i]), terminated, truncated, info))
+                step.end()
+            if not ended:
+                continue
+            self._end(sub, sc.STATUS_COMPLETED if terminated else sc.STATUS_TRUNCATED)
+            if same_step:
+                self._open(sub, reset_observation, reset_info, None)
+            elif self._at_mode == AutoresetMode.NEXT_STEP:
+                sub.needs_reset = True
+
+    def _fail(self, steps: list[EnvStepScope | None], exc: BaseException) -> None:
+        """The batched step raised: every sub-environment's episode ends with it."""
+        cancelled = not isinstance(exc, Exception)
+        for sub, step in zip(self._at_subs, steps, strict=True):
+            try:
+                if step is not None:
+                    step.end(exc)
+                self._end(sub, sc.STATUS_CANCELLED if cancelled else sc.STATUS_ERRORED, exc)
+            except Exception:
+                _internal_error("ending a failed vector env step")
+
+    def _end(self, sub: _SubEnv, status: str, exc: BaseException | None = None) -> None:
+        episode, sub.episode = sub.episode, None
+        if episode is not None:
+            try:
+                episode.end_as(status, exc)
+            except Exception:
+                _internal_error("ending a vector env episode")
+
+
+def _started_in(episode: EpisodeScope, scope: Any) -> Any:
+    """``scope`` started as a child of ``episode`` (not made current); None when it could not
+    be (tracing off, the episode ended elsewhere)."""
+    context = episode._context  # the context that makes the episode current for children
+    if context is None or not episode.span.is_recording():
+        return None
+    token = otel_context.attach(context)
+    try:
+        scope._runtime = episode._runtime
+        return scope.start()
+    finally:
+        otel_context.detach(token)
+
+
+def _sub_info(infos: Any, index: int, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Sub-environment ``index``'s part of a vector info dict (values with their ``_key``
+    mask set for it; nested dicts likewise)."""
+    if not isinstance(infos, Mapping):
+        return {}
+    found: dict[str, Any] = {}
+    for key, value in infos.items():
+        if not isinstance(key, str) or key.startswith("_") or key in skip:
+            continue
+        mask = infos.get("_" + key)
+        if mask is not None and not bool(mask[index]):
+            continue
+        if isinstance(value, Mapping):
+            found[key] = _sub_info(value, index)
+        else:
+            try:
+                found[key] = value[index]
+            except (TypeError, IndexError, KeyError):
+                found[key] = value
+    return found
+
+
+def _seed(seed: Any, sub: _SubEnv) -> int | None:
+    """The seed sub-environment ``sub`` was reset with (gymnasium: ``seed + i``, or a list)."""
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        return int(seed) + sub.index
+    if isinstance(seed, (list, tuple)) and sub.index < len(seed):
+        value = seed[sub.index]
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+    return None
+
+
+__all__ = ["TracedVectorEnv"]

@@ -1,0 +1,290 @@
+"""Vector envs: each sub-environment's reset-to-terminal run is an episode of its own.
+
+The truth is independent of agenttrace: the same sub-environments played one by one as
+single gymnasium envs (seed + i, then unseeded resets, as vector envs do), and gymnasium's own
+vector ``RecordEpisodeStatistics``. Every autoreset mode, sync and async vector envs, and a
+native vector implementation (CartPole's), in code and zero-code (``AGENTTRACE_GYMNASIUM=1``
+under ``opentelemetry-instrument``, no target).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import assert_same_episodes, read_run
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+import agenttrace as at
+from agenttrace import semconv as sc
+from agenttrace.instrument.vector import TracedVectorEnv
+from agenttrace.sinks import load_trajectories
+
+SEED = 11
+NUM_ENVS = 3
+LIMIT = 30  # max_episode_steps: some episodes truncate
+VECTOR_STEPS = 90
+
+
+def policy(observation: np.ndarray) -> int:
+    return int(observation[2] + 0.3 * observation[3] > 0)
+
+
+@dataclass
+class Episode:
+    observations: list[np.ndarray] = field(default_factory=list)  # acted on, per step
+    actions: list[int] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+
+
+def played_alone(index: int, episodes: int) -> list[Episode]:
+    """Sub-environment ``index`` played as a single env: reset(seed=SEED + index), then
+    unseeded resets, the same policy."""
+    env = gym.make("CartPole-v1", max_episode_steps=LIMIT)
+    observation, _ = env.reset(seed=SEED + index)
+    found: list[Episode] = []
+    while len(found) < episodes:
+        episode = Episode()
+        while True:
+            action = policy(observation)
+            episode.observations.append(observation)
+            episode.actions.append(action)
+            observation, reward, terminated, truncated, _ = env.step(action)
+            episode.rewards.append(float(reward))
+            if terminated or truncated:
+                episode.terminated, episode.truncated = bool(terminated), bool(truncated)
+                break
+        found.append(episode)
+        observation, _ = env.reset()
+    env.close()
+    return found
+
+
+def play_vector(envs: Any, mode: AutoresetMode) -> list[dict]:
+    """The user's loop; returns the episode statistics gymnasium's wrapper reported."""
+    statistics: list[dict] = []
+    observations, _ = envs.reset(seed=SEED)
+    for _ in range(VECTOR_STEPS):
+        actions = np.array([policy(o) for o in observations])
+        observations, _, terminations, truncations, infos = envs.step(actions)
+        if "episode" in infos:
+            for i in np.flatnonzero(infos["_episode"]):
+                statistics.append(
+                    {
+                        "index": int(i),
+                        "return": float(infos["episode"]["r"][i]),
+                        "length": int(infos["episode"]["l"][i]),
+                    }
+                )
+        ended = terminations | truncations
+        if mode == AutoresetMode.DISABLED and ended.any():
+            observations, _ = envs.reset(options={"reset_mask": ended})
+    envs.close()
+    return statistics
+
+
+def by_sub_env(trajectories: list[at.Trajectory]) -> dict[int, list[at.Trajectory]]:
+    found: dict[int, list[at.Trajectory]] = {}
+    for trajectory in sorted(trajectories, key=lambda t: t.start_time):
+        found.setdefault(trajectory.attributes[sc.ENV_INDEX], []).append(trajectory)
+    return found
+
+
+def check_against_alone(trajectories: list[at.Trajectory]) -> None:
+    """Every finished episode equals the single-env play; the one still open at close() is
+    ``aborted`` and a prefix of the next."""
+    runs = by_sub_env(trajectories)
+    assert sorted(runs) == list(range(NUM_ENVS))
+    for index, episodes in runs.items():
+        truth = played_alone(index, len(episodes))
+        assert episodes[0].attributes[sc.EPISODE_SEED] == SEED + index
+        *finished, last = episodes
+        assert len(finished) >= 2, "each sub-environment finishes episodes"
+        for trajectory, expected in zip(episodes, truth, strict=True):
+            steps = trajectory.steps
+            n = len(steps) if trajectory is last else len(expected.actions)
+            assert len(steps) == n and trajectory.missing_steps == []
+            for step, obs, action, reward in zip(
+                steps, expected.observations, expected.actions, expected.rewards, strict=False
+            ):
+                np.testing.assert_allclose(step.observation, obs, rtol=0, atol=0)
+                assert (step.action, step.reward) == (action, reward)
+            if trajectory is last:
+                assert trajectory.status == sc.STATUS_ABORTED
+                assert not (steps and (steps[-1].terminated or steps[-1].truncated))
+            else:
+                assert (steps[-1].terminated, steps[-1].truncated) == (
+                    expected.terminated,
+                    expected.truncated,
+                )
+                status = sc.STATUS_COMPLETED if expected.terminated else sc.STATUS_TRUNCATED
+                assert trajectory.status == status
+                assert trajectory.return_ == sum(expected.rewards)
+
+
+def check_statistics(trajectories: list[at.Trajectory], statistics: list[dict]) -> None:
+    """gymnasium's RecordEpisodeStatistics saw the same finished episodes, per sub-env."""
+    finished = [t for t in trajectories if t.status != sc.STATUS_ABORTED]
+    mine = sorted((t.attributes[sc.ENV_INDEX], t.end_time, t.return_, t.length) for t in finished)
+    theirs = sorted(statistics, key=lambda s: s["index"])
+    assert statistics, "episodes ended"
+    assert [(i, r, n) for i, _, r, n in mine] == [
+        (s["index"], s["return"], s["length"]) for s in theirs
+    ]
+
+
+MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_each_sub_env_run_equals_playing_it_alone(pipeline, vectorization, mode) -> None:
+    envs = gym.make_vec(
+        "CartPole-v1",
+        num_envs=NUM_ENVS,
+        vectorization_mode=vectorization,
+        vector_kwargs={"autoreset_mode": mode},
+        max_episode_steps=LIMIT,
+    )
+    if mode == AutoresetMode.NEXT_STEP:
+        envs = RecordEpisodeStatistics(envs)
+    statistics = play_vector(TracedVectorEnv(envs), mode)
+    run = read_run(pipeline)
+    assert_same_episodes(run.live, run.offline)
+    check_against_alone(run.live)
+    if mode == AutoresetMode.NEXT_STEP:
+        check_statistics(run.live, statistics)
+
+
+def test_a_native_vector_env_is_split_by_its_batched_results(pipeline) -> None:
+    """CartPole's own vector implementation has no sub-env objects: the batches are all."""
+    native = gym.make_vec(
+        "CartPole-v1",
+        num_envs=NUM_ENVS,
+        vectorization_mode="vector_entry_point",
+        max_episode_steps=LIMIT,
+    )
+    assert not hasattr(native, "envs")
+    seen: dict[int, list[list[np.ndarray]]] = {i: [[]] for i in range(NUM_ENVS)}
+    envs = TracedVectorEnv(RecordEpisodeStatistics(native))
+    observations, _ = envs.reset(seed=SEED)
+    statistics = []
+    pending = np.zeros(NUM_ENVS, dtype=bool)
+    for _ in range(VECTOR_STEPS):
+        actions = np.array([policy(o) for o in observations])
+        for i in range(NUM_ENVS):
+            if pending[i]:
+                seen[i].append([])
+            else:
+                seen[i][-1].append(observations[i])
+        observations, _, terminations, truncations, infos = envs.step(actions)
+        pending = terminations | truncations
+        for i in np.flatnonzero(infos.get("_episode", [])):
+            statistics.append(
+                {
+                    "index": int(i),
+                    "return": float(infos["episode"]["r"][i]),
+                    "length": int(infos["episode"]["l"][i]),
+                }
+            )
+    envs.close()
+    run = read_run(pipeline)
+    check_statistics(run.live, statistics)
+    for index, episodes in by_sub_env(run.live).items():
+        observed = [run for run in seen[index] if run]
+        assert len(episodes) == len(observed)
+        for trajectory, observations_seen in zip(episodes, observed, strict=True):
+            assert len(trajectory.steps) == len(observations_seen)
+            for step, obs in zip(trajectory.steps, observations_seen, strict=True):
+                np.testing.assert_array_equal(step.observation, obs)
+
+
+def test_a_failing_vector_step_errors_every_open_episode_and_raises_unchanged(pipeline) -> None:
+    class Broken(gym.Wrapper):
+        calls = 0
+
+        def step(self, action: Any) -> Any:
+            Broken.calls += 1
+            if Broken.calls == 7:
+                raise ValueError("the simulator crashed")
+            return self.env.step(action)
+
+    envs = TracedVectorEnv(gym.vector.SyncVectorEnv([lambda: Broken(gym.make("CartPole-v1"))] * 2))
+    observations, _ = envs.reset(seed=SEED)
+    with pytest.raises(ValueError, match="the simulator crashed") as raised:
+        for _ in range(10):
+            observations, *_ = envs.step(np.array([policy(o) for o in observations]))
+    assert type(raised.value) is ValueError
+    run = read_run(pipeline)
+    assert [t.status for t in run.live] == [sc.STATUS_ERRORED] * 2
+    assert {t.error.message for t in run.live} == {"the simulator crashed"}
+    # Three steps played, and the fourth that raised (its action, no outcome), per sub-env.
+    for trajectory in run.live:
+        assert [s.reward for s in trajectory.steps] == [1.0, 1.0, 1.0, None]
+        assert trajectory.steps[-1].action is not None
+
+
+CLEANRL_LOOP = """
+import json, sys
+import gymnasium as gym
+import numpy as np
+
+envs = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode=sys.argv[1], max_episode_steps=30)
+envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+observations, _ = envs.reset(seed=11)
+finished = []
+for _ in range(120):
+    actions = (observations[:, 2] + 0.3 * observations[:, 3] > 0).astype(np.int64)
+    observations, rewards, terminations, truncations, infos = envs.step(actions)
+    for i in np.flatnonzero(infos.get("_episode", [])):
+        finished.append([int(i), float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])])
+envs.close()
+print(json.dumps(finished))
+"""
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_zero_code_cleanrl_style_loop(tmp_path, vectorization) -> None:
+    """``AGENTTRACE_GYMNASIUM=1 opentelemetry-instrument python train.py``: no target, no
+    import of agenttrace, every sub-env episode recorded (in this process: async workers only
+    step their sub-envs)."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(CLEANRL_LOOP))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
+    env.update(
+        AGENTTRACE_GYMNASIUM="1",
+        AGENTTRACE_OUT=str(tmp_path / "runs"),
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+    instrument = shutil.which("opentelemetry-instrument")
+    assert instrument
+    done = subprocess.run(
+        [instrument, sys.executable, str(script), vectorization],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    finished = json.loads(done.stdout)
+    trajectories = load_trajectories(sorted((tmp_path / "runs").glob("*/trajectories.jsonl")))
+    check_statistics(trajectories, [{"index": i, "return": r, "length": n} for i, r, n in finished])
+    assert sorted({t.attributes[sc.ENV_INDEX] for t in trajectories}) == [0, 1, 2, 3]
+    open_at_close = [t for t in trajectories if t.status == sc.STATUS_ABORTED]
+    assert len(open_at_close) == 4  # one per sub-env, ended by close()
+    assert all(t.attributes[sc.ENV_NAME] == "CartPole-v1" for t in trajectories)
