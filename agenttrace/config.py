@@ -319,6 +319,16 @@ SETTINGS: tuple[Setting, ...] = (
         "AgentTraceInstrumentor, not by configure().",
     ),
     Setting(
+        "env_episodes",
+        "AGENTTRACE_ENV_EPISODES",
+        _parse_bool,
+        True,
+        "With targets on an environment's reset and step methods, outside any episode: each "
+        "env instance's reset-to-terminal run is an episode of its own "
+        "(docs/auto-instrumentation.md). false: such calls stay outside any episode. Read by "
+        "AgentTraceInstrumentor, not by configure().",
+    ),
+    Setting(
         "gymnasium",
         "AGENTTRACE_GYMNASIUM",
         _parse_bool,
@@ -373,6 +383,7 @@ class Settings:
     exit_timeout: float
     exit_report: bool
     warn_uncalled_targets: bool
+    env_episodes: bool
     gymnasium: bool
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -238,6 +239,8 @@ def test_a_failing_vector_step_errors_every_open_episode_and_raises_unchanged(pi
 
 CLEANRL_LOOP = """
 import json, sys
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 
@@ -288,3 +291,98 @@ def test_zero_code_cleanrl_style_loop(tmp_path, vectorization) -> None:
     open_at_close = [t for t in trajectories if t.status == sc.STATUS_ABORTED]
     assert len(open_at_close) == 4  # one per sub-env, ended by close()
     assert all(t.attributes[sc.ENV_NAME] == "CartPole-v1" for t in trajectories)
+
+
+ENV_TARGETS_LOOP = """
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+def policy(o):
+    return int(o[2] + 0.3 * o[3] > 0)
+
+played = {}
+# Two envs stepped in turn (no function plays an episode), then a vector env built by hand,
+# whose sub-envs the vector env resets and steps itself (next-step autoreset).
+envs = [gym.make("CartPole-v1", max_episode_steps=30) for _ in range(2)]
+observations = [env.reset(seed=20 + i)[0] for i, env in enumerate(envs)]
+episodes = [[[]], [[]]]
+for _ in range(100):
+    for i, env in enumerate(envs):
+        action = policy(observations[i])
+        episodes[i][-1].append([observations[i].tolist(), action])
+        observations[i], reward, terminated, truncated, _ = env.step(action)
+        episodes[i][-1][-1].append(float(reward))
+        if terminated or truncated:
+            episodes[i][-1][-1].append("completed" if terminated else "truncated")
+            observations[i], _ = env.reset()
+            episodes[i].append([])
+vector = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=30)] * 2)
+vector.reset(seed=40)
+vector_steps, pending = 0, np.zeros(2, dtype=bool)
+for _ in range(50):
+    vector_steps += int((~pending).sum())  # a sub-env that ended is reset, not stepped
+    _, _, terminations, truncations, _ = vector.step(np.array([0, 1]))
+    pending = terminations | truncations
+print(json.dumps({"episodes": episodes, "vector_steps": vector_steps}))
+"""
+
+
+def run_env_targets_loop(tmp_path: Path, **settings: str) -> tuple[Any, list[at.Trajectory]]:
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(ENV_TARGETS_LOOP))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
+    env.update(
+        AGENTTRACE_TARGETS="gymnasium.core:Env.reset=env.reset;gymnasium.core:Env.step=env.step",
+        AGENTTRACE_OUT=str(tmp_path / "runs"),
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        **settings,
+    )
+    done = subprocess.run(
+        [shutil.which("opentelemetry-instrument"), sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = sorted((tmp_path / "runs").glob("*/trajectories.jsonl"))
+    return done, load_trajectories(runs) if runs else []
+
+
+def test_env_targets_outside_any_episode_delimit_their_own(tmp_path) -> None:
+    """Targets on gymnasium's Env.reset and Env.step only: each env instance's
+    reset-to-terminal run is an episode (the outermost wrapper is the instance)."""
+    done, trajectories = run_env_targets_loop(tmp_path)
+    played = json.loads(done.stdout)["episodes"]
+    in_order = sorted(trajectories, key=lambda t: t.start_time)
+    for i, runs in enumerate(played):
+        (first,) = [t for t in in_order if t.attributes.get(sc.EPISODE_SEED) == 20 + i]
+        # The env's later episodes: unseeded, on the same env name, in start order; the
+        # seeded one tells which of the interleaved runs are env i's (same lengths).
+        finished = [run for run in runs if run and len(run[-1]) == 4]
+        assert len(first.steps) == len(finished[0])
+        assert first.status == finished[0][-1][-1]
+        assert [s.action for s in first.steps] == [step[1] for step in finished[0]]
+        assert [s.reward for s in first.steps] == [step[2] for step in finished[0]]
+        for step, (observation, *_) in zip(first.steps, finished[0], strict=True):
+            np.testing.assert_allclose(step.observation, observation, rtol=1e-6)
+    finished_count = sum(len([r for r in runs if r and len(r[-1]) == 4]) for runs in played)
+    ended = [t for t in trajectories if t.status in (sc.STATUS_COMPLETED, sc.STATUS_TRUNCATED)]
+    vector_episodes = [t for t in ended if t.attributes.get(sc.EPISODE_SEED) not in (20, 21)]
+    assert len(ended) >= finished_count and vector_episodes
+    assert all(t.missing_steps == [] and t.length == len(t.steps) for t in trajectories)
+    assert "outside any episode" not in done.stderr
+
+
+def test_env_steps_outside_any_episode_are_named_at_exit(tmp_path) -> None:
+    done, trajectories = run_env_targets_loop(tmp_path, AGENTTRACE_ENV_EPISODES="false")
+    assert trajectories == []
+    played = json.loads(done.stdout)
+    steps = sum(len(run) for runs in played["episodes"] for run in runs) + played["vector_steps"]
+    assert f"agenttrace: {steps} env.step calls ran outside any episode" in done.stderr

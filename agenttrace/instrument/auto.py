@@ -63,9 +63,10 @@ from opentelemetry.instrumentation.utils import (
 )
 
 from agenttrace import config
-from agenttrace.instrument import propagate_patches, script
+from agenttrace.instrument import propagate_patches, script, spans
 from agenttrace.instrument import targets as targets_module
 from agenttrace.instrument.arguments import CallArguments
+from agenttrace.instrument.env_episodes import ENV_EPISODE_SCOPES
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.scope import CallHooks, _Scope, trace_callable
 from agenttrace.instrument.spans import EpisodeScope
@@ -297,6 +298,8 @@ def _template(target: Target, tracer_provider: Any) -> _Scope:
         options["extractor"] = extractor
     known = SETTINGS.get(target.role, {})
     options.update((known[name][1], value) for name, value in target.settings.items())
+    if base in ENV_EPISODE_SCOPES and _setting("env_episodes", True):
+        base = ENV_EPISODE_SCOPES[base]  # outside any episode, the env delimits its own
     per_call = _paths(target, lambda name: name in EpisodeScope.PER_CALL_OPTIONS)
     arguments = _paths(target, lambda name: name not in EpisodeScope.PER_CALL_OPTIONS)
     if per_call:
@@ -800,6 +803,16 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
             "instrumentation started and was never imported later in this process",
             target,
             target.module,
+        )
+    outside = spans.steps_outside_episodes
+    if outside:
+        logger.warning(
+            "agenttrace: %d env.step call%s ran outside any episode, on an env with no episode "
+            "open (no reset() traced before them): no trajectory holds them. Add a target on "
+            "the env's reset (role env.reset), or on the function that plays an episode (role "
+            "episode)",
+            outside,
+            "" if outside == 1 else "s",
         )
     if not _setting("warn_uncalled_targets", True):
         return

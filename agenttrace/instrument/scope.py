@@ -178,6 +178,9 @@ class _Scope:
     _pending: dict[str, Any] | None = None
     #: The object (or class) a traced method was called on, when trace_callable knows it.
     _receiver: Any = None
+    #: The context to start the span in, when not the current one (an env's own episode,
+    #: agenttrace.instrument.env_episodes).
+    _parent: otel_context.Context | None = None
 
     def __init__(
         self,
@@ -223,7 +226,7 @@ class _Scope:
             runtime = self._resolve_runtime()
             if not runtime.enabled:
                 return self
-            parent = otel_context.get_current()
+            parent = self._parent or otel_context.get_current()
             parent_frame = parent.get(_FRAME_KEY)
             if not isinstance(parent_frame, _Frame):
                 parent_frame = None

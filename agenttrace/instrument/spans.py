@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,6 +41,18 @@ from agenttrace.instrument.scope import (
 )
 
 # --- step-like scopes: record observation, action, reward, termination ----------------------
+
+
+_counts_lock = threading.Lock()
+#: env.step spans started outside any episode in this process: no trajectory holds them
+#: (the auto-instrumentor names them at exit).
+steps_outside_episodes = 0
+
+
+def _count_step_outside() -> None:
+    global steps_outside_episodes
+    with _counts_lock:
+        steps_outside_episodes += 1
 
 
 class StepScope(_Scope):
@@ -256,6 +269,8 @@ class EnvStepScope(StepScope):
             index = frame.index if in_timestep else (episode.next_index if episode else 0)
         if episode is not None and not in_timestep:
             episode.close_turn(index)
+        elif episode is None:
+            _count_step_outside()
         return self._step_frame(frame, index, attributes)
 
     def _on_call(self, arguments: CallArguments) -> None:
