@@ -32,6 +32,7 @@ from agenttrace.instrument.spans import (
     episode,
     llm_call,
     timestep,
+    tool_call,
 )
 from agenttrace.pipeline import AgentTrace, configure, force_flush, get_default, shutdown
 from agenttrace.processing.span_export import LosslessSpanProcessor
@@ -61,6 +62,7 @@ __all__ = (
     "extract_step",
     "llm_call",
     "timestep",
+    "tool_call",
     "StepResult",
     # setup
     "AgentTrace",

@@ -57,7 +57,13 @@ def _rec(n: int) -> None:
     _record({"record": n})
 
 
+def _tool(n: int) -> None:
+    with at.tool_call("lookup") as call:
+        call.record(call_id=f"c{n}", arguments={"n": n}, result=f"found {n}")
+
+
 CALLS = {
+    "tool": _tool,
     "act": _act,
     "env": _env,
     "timestep": _timestep_with_env,
@@ -100,6 +106,18 @@ CASES = {
         [0, 0, 0, 1],
     ),
     "a record opens no new step": ([("env", 0), ("env", 1), ("record", 1)], [0, 1, 1]),
+    "llm, tool, llm: the tool consumes the turn": (
+        [("llm", 0), ("tool", 0), ("llm", 1)],
+        [0, 0, 1],
+    ),
+    "llm, tool, tool, llm: parallel tools in one turn": (
+        [("llm", 0), ("tool", 0), ("tool", 1), ("llm", 1)],
+        [0, 0, 0, 1],
+    ),
+    "llm, env, tool: a tool with no turn open joins the last": (
+        [("llm", 0), ("env", 0), ("tool", 0)],
+        [0, 0, 0],
+    ),
     "with timesteps, an llm call outside them goes to the next step": (
         [("timestep", 0), ("llm", 1), ("timestep", 1)],
         [0, 1, 1],
@@ -125,6 +143,8 @@ def _landed(step: at.Step, role: str, number: int) -> bool:
         return step.reward == float(number)
     if role == "record":
         return step.info == {"record": number}
+    if role == "tool":
+        return any(call.call_id == f"c{number}" for call in step.tool_calls)
     return any(call.input_messages == _asked(number) for call in step.llm_calls)
 
 
@@ -252,3 +272,43 @@ def test_a_call_inside_a_step_whose_spans_never_arrived_goes_with_them(tmp_path)
     assert [s.index for s in trajectory.steps] == [0, 2]
     assert trajectory.missing_steps == [1]
     assert [len(s.llm_calls) for s in trajectory.steps] == [1, 1]
+
+
+def test_an_agent_run_with_tools_ends_completed_with_its_final_answer(tmp_path) -> None:
+    """A tool-using agent with no env: model call, tool, model call, tool, final answer."""
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+
+    @at.tool_call
+    def get_weather(city: str, ctx: object = None) -> str:
+        return f"sunny in {city}"
+
+    def ask(n: int, reply: dict, finish: str) -> None:
+        with at.llm_call("agent-model") as call:
+            call.record(input_messages=_asked(n), output_messages=[reply], finish_reasons=[finish])
+
+    wants_tool = {"role": "assistant", "content": None, "tool_calls": [{"id": "t1"}]}
+    with at.episode() as episode:
+        ask(0, wants_tool, "tool_calls")
+        get_weather("Paris", ctx=object())
+        ask(1, wants_tool, "tool_calls")
+        get_weather("Rome")
+        ask(2, {"role": "assistant", "content": "Paris and Rome are sunny."}, "stop")
+    run = read_run(runtime)
+    assert_same_episodes(run.live, run.offline)
+    (trajectory,) = run.live
+    first, second, last = trajectory.steps
+    assert [t.name for t in first.tool_calls] == ["get_weather"]
+    assert (first.tool_calls[0].arguments, first.tool_calls[0].result) == (
+        {"city": "Paris"},  # (the run context is not a tool argument)
+        "sunny in Paris",
+    )
+    assert second.tool_calls[0].arguments == {"city": "Rome"}
+    assert first.action == wants_tool  # a reply with tool calls is the whole message
+    assert not (first.terminated or first.truncated or second.terminated)
+    assert (last.action, last.terminated, last.truncated) == (
+        "Paris and Rome are sunny.",
+        True,
+        False,
+    )
+    assert last.tool_calls == []
+    assert trajectory.status == "completed" and episode.length == 3

@@ -66,6 +66,7 @@ from agenttrace import config
 from agenttrace.instrument import propagate_patches, script, spans
 from agenttrace.instrument import targets as targets_module
 from agenttrace.instrument.arguments import CallArguments
+from agenttrace.instrument.calls import ToolCallScope
 from agenttrace.instrument.env_episodes import ENV_EPISODE_SCOPES
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.scope import CallHooks, _Scope, trace_callable
@@ -296,6 +297,8 @@ def _template(target: Target, tracer_provider: Any) -> _Scope:
     extractor = resolve_extractor(target)
     if extractor is not None:
         options["extractor"] = extractor
+    if target.role == ToolCallScope.role:
+        options["name"] = target.attribute  # unless a name= option reads it from the call
     known = SETTINGS.get(target.role, {})
     options.update((known[name][1], value) for name, value in target.settings.items())
     if base in ENV_EPISODE_SCOPES and _setting("env_episodes", True):

@@ -5,7 +5,7 @@ Functions that call a model return the answer in many shapes: the OpenAI SDK's
 other OpenAI-compatible servers send), a runner's own dict
 (``{"content": ..., "finish_reason": ..., "usage": {...}}``), or just the text.
 :func:`read_result` reads each of them into the keyword arguments of
-:meth:`~agenttrace.instrument.spans.LLMCallScope.record`; a value it does not recognize gives
+:meth:`~agenttrace.instrument.calls.LLMCallScope.record`; a value it does not recognize gives
 nothing (the span keeps what the call's arguments said).
 
 Finish reasons use the Chat Completions words (``stop``, ``length``, ``tool_calls``,

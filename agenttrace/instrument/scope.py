@@ -109,10 +109,26 @@ class _EpisodeState:
         return index
 
     def close_turn(self, index: int) -> None:
-        """A span at ``index`` ended the turn there (an env.step, a step.record)."""
+        """A span at ``index`` ended the turn there (an env.step, a step.record, a tool).
+
+        What the turn's model call said of the flags (a final answer) no longer holds: the
+        reply was consumed.
+        """
         self.next_index = max(self.next_index, index + 1)
         self.length = max(self.length, index + 1)
         self.turn_open = None
+        last = self.last_flags
+        if last is not None and last[0] == index and last[1] == TURN_CALL_PRIORITY:
+            self.last_flags = None
+
+    def tool_index(self) -> int | None:
+        """The step index of a tool call made outside any step span: the open turn's (the
+        tool consumes its reply and closes it), else the last turn's; None before any."""
+        if self.turn_open is not None:
+            index = self.next_index
+            self.close_turn(index)
+            return index
+        return self.next_index - 1 if self.next_index > 0 else None
 
     def record_reward(self, index: int, priority: int, reward: float) -> None:
         """Keep the reward of the highest-priority role that recorded one for step ``index``."""
@@ -139,6 +155,10 @@ class _EpisodeState:
             return (False, False)
         return (last[2], last[3])
 
+
+#: Rank of what a turn's model call says of its step's flags (a final answer, ``final_on``):
+#: below every step span's.
+TURN_CALL_PRIORITY = 1
 
 #: Step rewards an episode keeps by index before folding the older half into one sum.
 _REWARDS_KEPT = 512

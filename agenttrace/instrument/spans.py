@@ -21,18 +21,18 @@ import math
 import operator
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._logging import warn_once as _warn_once
 from agenttrace.instrument.arguments import CallArguments
+from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, extract_reset
-from agenttrace.instrument.llm_results import read_result
 from agenttrace.instrument.scope import (
     _EpisodeState,
     _Frame,
@@ -552,170 +552,6 @@ def _env_name(env: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
-# --- LLM calls -------------------------------------------------------------------------------
-
-
-#: Rank of an llm call's reward and flags for its step: below every step span's.
-LLM_PRIORITY = 1
-
-
-class LLMCallScope(_Scope):
-    """A GenAI ``chat {model}`` span inside a step."""
-
-    role = "llm"
-    kind = SpanKind.CLIENT
-    _step_index: int | None = None  # the step the call belongs to, when known at its start
-
-    def __init__(
-        self,
-        model: str | None = None,
-        *,
-        provider: str | None = None,
-        operation: str = sc.GEN_AI_OPERATION_CHAT,
-        attributes: dict[str, Any] | None = None,
-        extractor: Callable[[Any], Any] | None = None,
-        final_on: str | Iterable[str] | None = None,
-        final_reward: float | None = None,
-        final_terminated: bool | None = None,
-        final_truncated: bool | None = None,
-        tracer_provider: Any = None,
-        runtime: pipeline.AgentTrace | None = None,
-    ) -> None:
-        super().__init__(attributes, tracer_provider=tracer_provider, runtime=runtime)
-        # Reads the call's return value into what read_result understands (a target's
-        # ``extractor=pkg.mod:func``); None: the value as it is.
-        self._extractor = extractor
-        # What a call whose finish reason is one of final_on means for its step: the
-        # episode's last turn, with this reward and these flags (an llm target's
-        # ``[final_on=length, reward=0, terminated=true]``).
-        if isinstance(final_on, str):
-            final_on = [final_on]
-        self._final_on = frozenset(str(reason) for reason in final_on or ())
-        self._final = (final_reward, final_terminated, final_truncated)
-        self._model = model
-        self._operation = operation
-        self._attributes[sc.GEN_AI_OPERATION_NAME] = operation
-        if model:
-            self._attributes[sc.GEN_AI_REQUEST_MODEL] = model
-        if provider:
-            self._attributes[sc.GEN_AI_PROVIDER_NAME] = provider
-
-    def _span_name(self) -> str:
-        return sc.llm_span_name(self._model, self._operation)
-
-    def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
-        if frame is not None and frame.index is not None:
-            attributes[sc.TIMESTEP_INDEX] = frame.index
-        elif frame is not None and frame.episode is not None and not frame.episode.has_timesteps:
-            # A call outside any step span, in an episode that has no timesteps: an agent
-            # turn, a step of its own unless an env.step consumes it (docs/tracing-api.md).
-            attributes[sc.TIMESTEP_INDEX] = frame.episode.turn_index(self.role)
-            attributes[sc.TIMESTEP_TURN] = True
-        self._step_index = attributes.get(sc.TIMESTEP_INDEX)
-        return frame
-
-    def record(
-        self,
-        *,
-        input_messages: Any = _UNSET,
-        output_messages: Any = _UNSET,
-        response_model: str | None = None,
-        finish_reasons: list[str] | tuple[str, ...] | None = None,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-        response_id: str | None = None,
-        tool_definitions: Any = _UNSET,
-    ) -> None:
-        """Record the request and response of the call (content follows the content policy)."""
-        span = self._span
-        if span is None:
-            return
-        try:
-            attrs: dict[str, Any] = {}
-            for key, value in (
-                (sc.GEN_AI_INPUT_MESSAGES, input_messages),
-                (sc.GEN_AI_OUTPUT_MESSAGES, output_messages),
-                (sc.GEN_AI_TOOL_DEFINITIONS, tool_definitions),
-            ):
-                if value is not _UNSET:
-                    text = self._content(key, value)
-                    if text is not None:
-                        attrs[key] = text
-            if response_model:
-                attrs[sc.GEN_AI_RESPONSE_MODEL] = response_model
-            if finish_reasons is not None:
-                attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = tuple(str(r) for r in finish_reasons)
-            if input_tokens is not None:
-                attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = int(input_tokens)
-            if output_tokens is not None:
-                attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = int(output_tokens)
-            if response_id:
-                attrs[sc.GEN_AI_RESPONSE_ID] = response_id
-            if finish_reasons is not None and self._final_on.intersection(finish_reasons):
-                self._record_final(attrs, [str(r) for r in finish_reasons])
-            if attrs:
-                span.set_attributes(attrs)
-        except Exception:
-            _internal_error("recording an LLM call")
-
-    def _record_final(self, attrs: dict[str, Any], finish_reasons: list[str]) -> None:
-        """The call ended its episode (its finish reason is one of ``final_on``): its step's
-        reward and flags. Unless given, it is truncated when the answer was cut at its length
-        limit and terminated otherwise."""
-        reward, terminated, truncated = self._final
-        cut = "length" in finish_reasons
-        terminated = (not cut) if terminated is None else terminated
-        truncated = cut if truncated is None else truncated
-        attrs[sc.TERMINATED], attrs[sc.TRUNCATED] = terminated, truncated
-        attrs[sc.DONE] = terminated or truncated
-        if reward is not None:
-            attrs[sc.REWARD] = float(reward)
-        index = self._step_index
-        episode = self._frame.episode if self._frame else None
-        if episode is not None and index is not None:
-            if reward is not None:
-                episode.record_reward(index, LLM_PRIORITY, float(reward))
-            episode.record_flags(index, LLM_PRIORITY, terminated, truncated)
-
-    def record_response(self, response: Any) -> Any:
-        """Record what the model returned; returns it unchanged. Reads OpenAI
-        ``ChatCompletion``/``Response`` objects and their dicts, plain dicts
-        (``content``/``text``/``message``, ``finish_reason``, ``usage``, ``tool_calls``) and
-        text (:mod:`agenttrace.instrument.llm_results`); a target's ``extractor`` reads it
-        first when given."""
-        if self._span is None:
-            return response
-        try:
-            value = self._extractor(response) if self._extractor is not None else response
-            fields = read_result(value)
-            if fields:
-                self.record(**fields)
-        except Exception:
-            _internal_error("recording an LLM response")
-        return response
-
-    def _on_call(self, call: CallArguments) -> None:
-        arguments = call.flat()
-        model = arguments.get("model")
-        if isinstance(model, str) and self._model is None:
-            self._model = model
-            self.set_attribute(sc.GEN_AI_REQUEST_MODEL, model)
-            self._span.update_name(self._span_name())  # type: ignore[union-attr]
-        messages = arguments.get("messages", arguments.get("prompt", _UNSET))
-        tools = arguments.get("tools")
-        self.record(
-            input_messages=messages,
-            tool_definitions=tools if tools is not None else _UNSET,
-        )
-        for name, key in sc.GEN_AI_REQUEST_PARAMETERS.items():
-            value = arguments.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._span.set_attribute(key, value)  # type: ignore[union-attr]
-
-    def _on_return(self, result: Any) -> None:
-        self.record_response(result)
-
-
 # --- public constructors ---------------------------------------------------------------------
 
 
@@ -757,6 +593,13 @@ def llm_call(*args: Any, **kwargs: Any) -> Any:
     extractor; final_on, final_reward, final_terminated, final_truncated (what a call whose
     finish reason is one of final_on means: the episode's last turn, docs/tracing-api.md)."""
     return _bare_or_configured(LLMCallScope, args, kwargs)
+
+
+def tool_call(*args: Any, **kwargs: Any) -> Any:
+    """A GenAI ``execute_tool {name}`` span: record the call id, arguments and result on it;
+    a decorated function's arguments and return value are recorded. Keywords: name,
+    attributes."""
+    return _bare_or_configured(ToolCallScope, args, kwargs)
 
 
 def env_closed(env: Any) -> None:

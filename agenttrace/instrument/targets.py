@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttrace import semconv as sc
+from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
 from agenttrace.instrument.extractors import EXTRACTORS
 from agenttrace.instrument.scope import _Scope
 from agenttrace.instrument.spans import (
@@ -39,7 +40,6 @@ from agenttrace.instrument.spans import (
     EnvResetScope,
     EnvStepScope,
     EpisodeScope,
-    LLMCallScope,
     StepRecordScope,
     TimestepScope,
 )
@@ -54,6 +54,7 @@ ROLES: dict[str, type[_Scope]] = {
         AgentActScope,
         EnvStepScope,
         LLMCallScope,
+        ToolCallScope,
         StepRecordScope,
     )
 }
@@ -70,6 +71,7 @@ ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
     sc.ENV_STEP: ("action",),
     LLMCallScope.role: ("model", "messages"),
     sc.STEP_RECORD: StepRecordScope.FIELDS,
+    ToolCallScope.role: ("name", "arguments", "call_id"),
 }
 
 

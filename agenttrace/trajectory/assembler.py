@@ -682,9 +682,10 @@ def _complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanReco
 
     A turn is a step that no timestep or agent.act describes (an inline agent loop whose only
     targets are its model call and its env step): the observation is what the first call was
-    asked, the action what the last one answered, and a last answer cut at its length limit
-    (finish reason ``length``) truncates the step unless a span of the step set its flags or
-    an env.step consumed the answer.
+    asked, the action what the last one answered. Unless a span of the step set its flags or
+    an env.step or tool consumed the answer, an answer cut at its length limit (finish reason
+    ``length``) truncates the step and one that stopped by itself (``stop``) is a final
+    answer: it terminates the step.
     """
     for step in steps:
         if not step.llm_calls:
@@ -700,12 +701,15 @@ def _complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanReco
         if raw_content(step, "action") is None:
             reply = _reply(last.output_messages)
             step.action = None if reply is None else RawJSON(dumps(reply))
-        if (
-            sc.ENV_STEP not in roles
-            and "length" in (last.finish_reasons or ())
-            and not any(key in r.attributes for r in roles.values() for key in _FLAG_KEYS)
-        ):
-            step.truncated = True
+        if sc.ENV_STEP in roles or step.tool_calls:
+            continue  # the reply was consumed: the env or the tool says what came of it
+        if any(key in r.attributes for r in roles.values() for key in _FLAG_KEYS):
+            continue  # a span of the step set its flags
+        reasons = last.finish_reasons or ()
+        if "length" in reasons:
+            step.truncated = True  # cut at its length limit
+        elif list(reasons) == ["stop"]:
+            step.terminated = True  # a final answer
 
 
 def _reply(messages: Any) -> Any:
