@@ -18,6 +18,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -440,10 +441,29 @@ class CallHooks:
                 _internal_error(f"recording the result of {self.name}")
 
     def run(self, scope: _Scope, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        """Call a sync ``func`` with the scope current; end the scope with its outcome."""
+        """Call a sync ``func`` with the scope current; end the scope with its outcome.
+
+        A plain function that returns a coroutine (an async API behind a sync decorator, as
+        the OpenAI SDK's ``create`` is) is traced until that coroutine is done."""
         scope._attach()
         try:
             result = func(*args, **kwargs)
+        except BaseException as exc:
+            scope._detach()
+            scope.end(exc)
+            raise
+        if type(result) is types.CoroutineType:
+            scope._detach()
+            return self._awaited(scope, result)
+        self.finish(scope, result)
+        scope._detach()
+        scope.end()
+        return result
+
+    async def _awaited(self, scope: _Scope, coroutine: Any) -> Any:
+        scope._attach()
+        try:
+            result = await coroutine
         except BaseException as exc:
             scope._detach()
             scope.end(exc)

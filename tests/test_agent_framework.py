@@ -1,0 +1,169 @@
+"""A real agent framework with a function tool, traced zero-code: pydantic-ai.
+
+The agent program below never imports agenttrace. It runs under ``opentelemetry-instrument``
+with three targets on public methods: the agent's ``run`` (episode), the OpenAI client's
+``create`` (llm) and pydantic-ai's ``FunctionToolset.call_tool`` (tool), against an
+OpenAI-compatible server this test starts on 127.0.0.1. The truth is the framework's own
+result object (its messages: the tool calls and returns, the output), which the program
+prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import exported
+from test_openai_genai import ChatServer, serve_chat
+
+from agenttrace import semconv as sc
+from agenttrace.cli.main import main
+from agenttrace.sinks import load_trajectories
+
+
+API_KEY = "sk-agent-framework-test-7c1d"
+AGENT = '''
+"""A pydantic-ai agent with one function tool."""
+import json
+import sys
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import ToolCallPart, ToolReturnPart
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+provider = OpenAIProvider(base_url=sys.argv[1], api_key=sys.argv[2])
+agent = Agent(OpenAIChatModel("gpt-test", provider=provider), system_prompt="Answer about weather.")
+
+
+@agent.tool_plain
+def get_weather(city: str) -> str:
+    """Weather in a city."""
+    return f"sunny, 21 C in {city}"
+
+
+result = agent.run_sync("Weather in Paris?")
+parts = [part for message in result.all_messages() for part in message.parts]
+print(json.dumps({
+    "output": result.output,
+    "calls": [
+        {"name": p.tool_name, "args": p.args_as_dict(), "id": p.tool_call_id}
+        for p in parts if isinstance(p, ToolCallPart)
+    ],
+    "returns": [
+        {"id": p.tool_call_id, "content": p.content} for p in parts if isinstance(p, ToolReturnPart)
+    ],
+}))
+'''
+TARGETS = ";".join(
+    [
+        "pydantic_ai.agent.abstract:AbstractAgent.run=episode",
+        "openai.resources.chat.completions:AsyncCompletions.create=llm",
+        "pydantic_ai.toolsets.function:FunctionToolset.call_tool="
+        "tool[name=name,arguments=tool_args,call_id=ctx.tool_call_id]",
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ChatServer]:
+    yield from serve_chat()
+
+
+@pytest.fixture(scope="module")
+def agent_run(server: ChatServer, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    tmp = tmp_path_factory.mktemp("agent")
+    script = tmp / "weather_agent.py"
+    script.write_text(AGENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
+    env.update(
+        AGENTTRACE_TARGETS=TARGETS,
+        AGENTTRACE_OUT=str(tmp / "runs"),
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+    done = subprocess.run(
+        [
+            shutil.which("opentelemetry-instrument"),
+            sys.executable,
+            str(script),
+            server.base_url,
+            API_KEY,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "never" not in done.stderr and "not instrumented" not in done.stderr, done.stderr
+    (trajectory,) = load_trajectories(sorted((tmp / "runs").glob("*/trajectories.jsonl")))
+    return json.loads(done.stdout), trajectory, tmp / "runs"
+
+
+def test_the_run_is_an_episode_of_turns_ending_completed_with_the_final_answer(agent_run) -> None:
+    truth, trajectory, _ = agent_run
+    assert trajectory.status == sc.STATUS_COMPLETED
+    ask, answer = trajectory.steps  # the turn that called the tool, the final answer
+    assert [call.finish_reasons for call in ask.llm_calls] == [["tool_calls"]]
+    assert (answer.action, answer.terminated, answer.truncated) == (truth["output"], True, False)
+    assert answer.llm_calls[0].output_messages[0]["content"] == truth["output"]
+    assert not (ask.terminated or ask.truncated)
+
+
+def test_tool_calls_equal_the_frameworks_messages(agent_run) -> None:
+    truth, trajectory, _ = agent_run
+    calls = [call for step in trajectory.steps for call in step.tool_calls]
+    assert [(c.name, c.call_id, c.arguments) for c in calls] == [
+        (call["name"], call["id"], call["args"]) for call in truth["calls"]
+    ]
+    results = {r["id"]: r["content"] for r in truth["returns"]}
+    assert [(c.call_id, c.result) for c in calls] == list(results.items())
+    assert all(c.error is None for c in calls)
+    # The tool ran for the turn whose reply asked for it, with that reply's call id.
+    (asked,) = trajectory.steps[0].llm_calls[0].output_messages[0]["tool_calls"]
+    assert asked["id"] == calls[0].call_id and trajectory.steps[0].tool_calls == calls
+
+
+def test_tool_definitions_reach_the_calls_and_the_chat_export(agent_run, tmp_path) -> None:
+    truth, trajectory, runs = agent_run
+    for step in trajectory.steps:
+        (call,) = step.llm_calls
+        offered = call.attributes[sc.GEN_AI_TOOL_DEFINITIONS]
+        # the one tool the program defines, with its docstring and its argument
+        assert [(t["function"]["name"], t["function"]["description"]) for t in offered] == [
+            ("get_weather", "Weather in a city.")
+        ]
+        assert offered[0]["function"]["parameters"]["properties"] == {"city": {"type": "string"}}
+    out = tmp_path / "chat.jsonl"
+    source = str(runs / "*" / "spans*.jsonl")
+    assert main(["export", "--from", source, "--out", str(out), "--format", "chat", "--quiet"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1]
+    assert all(
+        row["tools"] == trajectory.steps[0].llm_calls[0].attributes[sc.GEN_AI_TOOL_DEFINITIONS]
+        for row in rows
+    )
+    assert rows[-1]["messages"][-1] == {"role": "assistant", "content": truth["output"]}
+    assert rows[-1]["status"] == sc.STATUS_COMPLETED
+
+
+def test_rebuilt_from_the_span_file_the_run_is_the_same(agent_run, tmp_path) -> None:
+    _, trajectory, runs = agent_run
+    (rebuilt,) = exported(str(runs / "*" / "spans*.jsonl"), tmp_path / "out.jsonl")
+    assert rebuilt == trajectory
+
+
+def test_the_api_key_is_never_recorded(agent_run) -> None:
+    _, _, runs = agent_run
+    files = [p for p in Path(runs).rglob("*") if p.is_file()]
+    assert files
+    assert not any(API_KEY in p.read_text(errors="replace") for p in files)
