@@ -6,6 +6,8 @@ lands on: the table in the docs, checked live and rebuilt from the span file ali
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import assert_same_episodes, read_run
 
@@ -312,3 +314,43 @@ def test_an_agent_run_with_tools_ends_completed_with_its_final_answer(tmp_path) 
     )
     assert last.tool_calls == []
     assert trajectory.status == "completed" and episode.length == 3
+
+
+def _call(asked: Any, answered: Any, finish: str | None) -> None:
+    with at.llm_call("policy") as call:
+        if asked is not None:
+            call.record(input_messages=asked)
+        if answered is not None:
+            call.record(output_messages=answered)
+        if finish is not None:
+            call.record(finish_reasons=[finish])
+
+
+def test_what_a_turn_takes_from_its_model_calls(tmp_path) -> None:
+    """The rules of docs/tracing-api.md ("Agent turns"), one case per step of one episode."""
+    both = {"role": "assistant", "content": "let me look", "tool_calls": [{"id": "x"}]}
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+    with at.episode():
+        _env(0)  # step 0: no model call, nothing taken
+        _call(_asked(1), [{"role": "assistant", "content": "r1"}], "stop")  # step 1 ...
+        _env(1)  # ... consumed by the env: not a final answer
+        _call(_asked(2), [both], "tool_calls")  # step 2: text and tool calls: the message
+        _tool(2)
+        with at.agent_act() as act:  # step 3: described by agent.act, nothing taken
+            act.record(observation="o3")
+        _call(_asked(3), [{"role": "assistant", "content": "r3"}], "stop")
+        _env(3)
+        _call(_asked(4), None, "stop")  # step 4: three calls; the answer of the last that ...
+        _call(None, [{"role": "assistant", "content": "r4"}], "stop")  # ... answered,
+        _call(None, None, "length")  # the finish reason of that one too: stop, not length
+    run = read_run(runtime)
+    assert_same_episodes(run.live, run.offline)
+    (trajectory,) = run.live
+    steps = trajectory.steps
+    assert (steps[0].observation, steps[0].action, steps[0].llm_calls) == (None, None, [])
+    assert (steps[1].observation, steps[1].action) == (_asked(1), "r1")
+    assert (steps[1].terminated, steps[1].truncated) == (False, False)
+    assert (steps[2].action, steps[2].terminated) == (both, False)
+    assert (steps[3].observation, steps[3].action, steps[3].terminated) == ("o3", None, False)
+    assert (steps[4].observation, steps[4].action) == (_asked(4), "r4")
+    assert (steps[4].terminated, steps[4].truncated) == (True, False)
