@@ -26,7 +26,6 @@ from agenttrace import semconv as sc
 from agenttrace.cli.main import main
 from agenttrace.sinks import load_trajectories
 
-
 API_KEY = "sk-agent-framework-test-7c1d"
 AGENT = '''
 """A pydantic-ai agent with one function tool."""

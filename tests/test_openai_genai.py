@@ -488,7 +488,8 @@ def test_openai_span_inside_agenttrace_llm_call_counts_once(pipeline, server, in
 
 
 def test_calls_outside_timesteps_join_the_next_step(pipeline, server, instrument):
-    """Agents that wrap only env.step: the call that chose the action belongs to that step."""
+    """Agents that wrap only env.step: the call that chose the action belongs to that step;
+    a call after the last env step is an agent turn of its own (docs/tracing-api.md)."""
     instrument("span_only")
     client = client_for(server)
 
@@ -510,11 +511,13 @@ def test_calls_outside_timesteps_join_the_next_step(pipeline, server, instrument
     assert result.offline == result.live
     steps = result.live[0].steps
     texts = [[c.input_messages[0]["content"] for c in s.llm_calls] for s in steps]
-    assert texts == [["make up a task", "act 0"], ["act 1", "summarise the episode"]]
-    assert [s.action for s in steps] == [
-        steps[0].llm_calls[1].output_messages[0]["content"],
-        steps[1].llm_calls[0].output_messages[0]["content"],
-    ]
+    assert texts == [["make up a task", "act 0"], ["act 1"], ["summarise the episode"]]
+    answers = [e["response"]["choices"][0]["message"]["content"] for e in server.exchanges]
+    assert [s.action for s in steps] == answers[1:]  # (the env steps recorded theirs)
+    summary = steps[2]
+    assert summary.observation == [{"role": "user", "content": "summarise the episode"}]
+    assert (summary.reward, summary.terminated, summary.truncated) == (None, True, False)
+    assert result.live[0].length == 3 and result.live[0].missing_steps == []
 
 
 def test_an_inline_loop_of_llm_turns_with_the_openai_span_nested(pipeline, server, instrument):

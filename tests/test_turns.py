@@ -6,6 +6,7 @@ lands on: the table in the docs, checked live and rebuilt from the span file ali
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -354,3 +355,50 @@ def test_what_a_turn_takes_from_its_model_calls(tmp_path) -> None:
     assert (steps[3].observation, steps[3].action, steps[3].terminated) == ("o3", None, False)
     assert (steps[4].observation, steps[4].action) == (_asked(4), "r4")
     assert (steps[4].terminated, steps[4].truncated) == (True, False)
+
+
+def test_another_instrumentations_calls_make_the_turns_of_an_episode_without_steps(
+    tmp_path,
+) -> None:
+    """Only the episode is agenttrace's: the model and tool call spans of another
+    instrumentation (a framework's own) make the steps, live and rebuilt alike."""
+    runtime = at.configure(out=str(tmp_path), run_name="turns", writer="thread", exit_report=False)
+    tracer = runtime.provider.get_tracer("some.agent.framework")
+
+    def chat(n: int, reply: dict, finish: str) -> None:
+        with tracer.start_as_current_span("chat agent-model") as span:
+            span.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: "chat",
+                    sc.GEN_AI_INPUT_MESSAGES: json.dumps(_asked(n)),
+                    sc.GEN_AI_OUTPUT_MESSAGES: json.dumps([reply]),
+                    sc.GEN_AI_RESPONSE_FINISH_REASONS: (finish,),
+                }
+            )
+
+    def tool(call_id: str) -> None:
+        with tracer.start_as_current_span("execute_tool search") as span:
+            span.set_attributes(
+                {
+                    sc.GEN_AI_OPERATION_NAME: "execute_tool",
+                    sc.GEN_AI_TOOL_NAME: "search",
+                    sc.GEN_AI_TOOL_CALL_ID: call_id,
+                }
+            )
+
+    wants = {"role": "assistant", "content": None, "tool_calls": [{"id": "s1"}]}
+    with at.episode():
+        chat(0, wants, "tool_calls")
+        tool("s1")
+        tool("s2")
+        chat(1, wants, "tool_calls")
+        chat(2, {"role": "assistant", "content": "done"}, "stop")  # (no tool ran: same turn)
+    run = read_run(runtime)
+    assert_same_episodes(run.live, run.offline)
+    (trajectory,) = run.live
+    first, second = trajectory.steps
+    assert [c.call_id for c in first.tool_calls] == ["s1", "s2"]
+    assert [c.input_messages for c in second.llm_calls] == [_asked(1), _asked(2)]
+    assert (second.observation, second.action, second.terminated) == (_asked(1), "done", True)
+    assert (trajectory.length, trajectory.missing_steps) == (2, [])
+    assert trajectory.status == "completed"

@@ -111,6 +111,7 @@ class EpisodeAssembly:
         self.retained_bytes = 0
         self.late = 0  # records of steps already finished and on disk (left out)
         self._first: SpanRecord | None = None
+        self._has_timesteps = False  # (without, model calls after every step are turns)
         self._episode_span: SpanRecord | None = None
         self._reset_span: SpanRecord | None = None
         self._episode_span_ids: set[int] = set()
@@ -162,6 +163,8 @@ class EpisodeAssembly:
                         self.late += 1
                         continue
                     self._seen.add(index)
+                if name == sc.TIMESTEP:
+                    self._has_timesteps = True
             elif name == sc.ENV_RESET:
                 reset = self._reset_span
                 if reset is None or record.start_time >= reset.start_time:
@@ -210,7 +213,11 @@ class EpisodeAssembly:
         genai_records = self._in_time(genai_records, [*steps, *later_steps])
         by_span_id = {record.span_id: record for record in records}
         placed = _attach_genai_calls(
-            [*steps, *later_steps], genai_records, by_span_id, self._trusted
+            [*steps, *later_steps],
+            genai_records,
+            by_span_id,
+            self._trusted,
+            turns=not self._has_timesteps,
         )
         _complete_turns([*steps, *later_steps], parts)
         first_later = min((s.start_time or 0 for s in later_steps), default=None)
@@ -278,10 +285,11 @@ class EpisodeAssembly:
         records = self.records
         parts, genai_records = _parts_of(records)
         steps, final_observation = self._build(parts, self._returned, self._previous_index)
-        if genai_records and steps:
+        turns = not self._has_timesteps
+        if genai_records and (steps or turns):
             genai_records = self._in_time(genai_records, steps)
             by_span_id = {record.span_id: record for record in records}
-            placed = _attach_genai_calls(steps, genai_records, by_span_id, trusted)
+            placed = _attach_genai_calls(steps, genai_records, by_span_id, trusted, turns=turns)
             _complete_turns(steps, parts)
             if self._spilled is not None:
                 self.late += sum(1 for index in placed.values() if index <= self._settled_upto)
@@ -295,6 +303,8 @@ class EpisodeAssembly:
         length = attrs.get(sc.EPISODE_LENGTH)
         expected = length if isinstance(length, int) else self._seen.highest + 1
         missing = self._seen.missing_below(expected)
+        if steps and steps[-1].index >= expected:  # turns of model calls no span counted
+            length = expected = steps[-1].index + 1
         last = steps[-1] if steps else self._last_settled
 
         status = attrs.get(sc.EPISODE_STATUS)
@@ -630,6 +640,8 @@ def _attach_genai_calls(
     records: list[SpanRecord],
     by_span_id: Mapping[int, SpanRecord],
     trusted: str | None,
+    *,
+    turns: bool = False,
 ) -> dict[int, int]:
     """Fold GenAI spans into their steps (docs/llm-calls.md has the rules); returns the step
     index each span went to, by span id.
@@ -639,10 +651,14 @@ def _attach_genai_calls(
       between steps, in env.reset) to the next step to start, else the last step;
       a call whose step span is known but missing is dropped with that step;
     * a model call nested in another model call (openai-v2's span under agenttrace's
-      ``llm_call``) is not a second call: it fills what the outer one left empty.
+      ``llm_call``) is not a second call: it fills what the outer one left empty;
+    * with ``turns`` (an episode without timesteps), calls after every step are agent turns
+      of their own: a model call starts a new step unless the turn before it is still open
+      (no tool call consumed it), a tool call joins the open turn. Such steps are appended to
+      ``steps``.
     """
     placed: dict[int, int] = {}
-    if not records or not steps:
+    if not records or not (steps or turns):
         return placed
     by_index = {step.index: step for step in steps}
     starts = sorted((step.start_time or 0, step.index) for step in steps)
@@ -656,11 +672,25 @@ def _attach_genai_calls(
                 nested.setdefault(outer.span_id, []).append(record)
                 continue
         calls.append((record, kind))  # type: ignore[arg-type]
+    turn: Step | None = None  # the open turn made of calls after every step
     for record, kind in calls:
         index = _step_index_of(record, by_span_id)
         if index is None:
             position = bisect.bisect_left(starts, (record.start_time, -1))
-            index = starts[min(position, len(starts) - 1)][1]
+            if position < len(starts):
+                index = starts[position][1]
+            elif turns and (turn is not None or kind == genai.MODEL_CALL):
+                if kind == genai.MODEL_CALL and (turn is None or turn.tool_calls):
+                    last = steps[-1].index if steps else -1
+                    turn = Step(index=last + 1, start_time=record.start_time)
+                    steps.append(turn)
+                    by_index[turn.index] = turn
+                turn.end_time = max(turn.end_time or 0, record.end_time or 0) or None  # type: ignore[union-attr]
+                index = turn.index  # type: ignore[union-attr]
+            elif starts:
+                index = starts[-1][1]
+            else:
+                continue  # no step at all to join
         placed[record.span_id] = index
         step = by_index.get(index)
         if step is None:
