@@ -702,3 +702,30 @@ def test_a_target_whose_module_comes_later_is_instrumented_when_it_is_imported(
         assert "was never imported later" in never
     finally:
         sys.modules.pop(module_name, None)
+
+
+def test_an_instrumentation_that_failed_to_load_is_named_at_exit(tmp_path) -> None:
+    """opentelemetry-instrument skips an instrumentor that cannot be imported with a debug
+    line only. Here every installed openai instrumentor fails as openai-v2 does without
+    httpx: the program uses openai, and the exit says why nothing traced it."""
+    shadows = tmp_path / "shadows"
+    for module in ("httpx", "openinference"):
+        (shadows / module).mkdir(parents=True)
+        (shadows / module / "__init__.py").write_text(
+            f'raise ModuleNotFoundError("No module named {module!r}", name={module!r})\n'
+        )
+    script = tmp_path / "chat.py"
+    script.write_text("import openai\n\nprint(openai.OpenAI)\n")
+    env = subprocess_env(tmp_path / "runs", AGENTTRACE_TARGETS="chat:nothing=episode")
+    env["PYTHONPATH"] = os.pathsep.join([str(shadows), env["PYTHONPATH"]])
+    done = run([opentelemetry_instrument(), sys.executable, str(script)], env, tmp_path)
+    assert "agenttrace: no OpenTelemetry instrumentation of openai is active" in done.stderr
+    assert "opentelemetry.instrumentation.openai_v2:OpenAIInstrumentor cannot be loaded" in (
+        done.stderr
+    )
+    assert "No module named 'httpx'" in done.stderr
+
+    # Turned off on purpose: nothing to say.
+    env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "openai"
+    done = run([opentelemetry_instrument(), sys.executable, str(script)], env, tmp_path)
+    assert "instrumentation of openai" not in done.stderr

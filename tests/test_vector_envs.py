@@ -27,6 +27,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 import agenttrace as at
+from agenttrace import _logging
 from agenttrace import semconv as sc
 from agenttrace.instrument.vector import TracedVectorEnv
 from agenttrace.sinks import load_trajectories
@@ -386,3 +387,14 @@ def test_env_steps_outside_any_episode_are_named_at_exit(tmp_path) -> None:
     played = json.loads(done.stdout)
     steps = sum(len(run) for runs in played["episodes"] for run in runs) + played["vector_steps"]
     assert f"agenttrace: {steps} env.step calls ran outside any episode" in done.stderr
+
+
+def test_a_batched_step_result_is_not_taken_for_a_step_silently(pipeline, caplog, monkeypatch):
+    monkeypatch.setattr(_logging, "_warned", set())
+    envs = gym.make_vec("CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync")
+    envs.reset(seed=SEED)
+    with at.episode(), at.env_step() as step:
+        step.record_result(envs.step(np.zeros(NUM_ENVS, dtype=np.int64)))
+    envs.close()
+    assert f"results of {NUM_ENVS} sub-environments at once" in caplog.text
+    assert "AGENTTRACE_GYMNASIUM=1 or TracedVectorEnv" in caplog.text

@@ -38,6 +38,7 @@ import atexit
 import dataclasses
 import functools
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import logging
@@ -807,6 +808,16 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
             target,
             target.module,
         )
+    for library, why in _instrumentors_not_loaded():
+        logger.warning(
+            "agenttrace: no OpenTelemetry instrumentation of %s is active (%s): if this "
+            "program calls %s, those calls are not traced (docs/llm-calls.md, Setup; "
+            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=%s says you meant it)",
+            library,
+            why,
+            library,
+            library,
+        )
     outside = spans.steps_outside_episodes
     if outside:
         logger.warning(
@@ -833,6 +844,36 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
             "; ".join(str(t) for t in uncalled),
             "AGENTTRACE_WARN_UNCALLED_TARGETS",
         )
+
+
+def _instrumentors_not_loaded() -> list[tuple[str, str]]:
+    """(library, why) for each library this program imported that an installed OpenTelemetry
+    instrumentor is for, none of which is active. ``opentelemetry-instrument`` skips an
+    instrumentor that fails to load with a debug line only (openai-v2 without httpx, say)."""
+    if "opentelemetry.instrumentation.auto_instrumentation" not in sys.modules:
+        return []  # not under opentelemetry-instrument: instrumenting others is the program's job
+    disabled = {
+        name.strip()
+        for name in os.environ.get(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")
+    }
+    tried: dict[str, list[str]] = {}  # library -> why each of its instrumentors is not active
+    active: set[str] = set()
+    for entry in importlib.metadata.entry_points(group="opentelemetry_instrumentor"):
+        library = entry.name.replace("-", "_")
+        if entry.name in disabled or "*" in disabled or entry.name == ENTRY_POINT_NAME:
+            continue
+        if library not in sys.modules or library in active:
+            continue  # (not used here: never loaded, nothing to say)
+        try:
+            instrumentor = entry.load()()
+        except Exception as exc:
+            tried.setdefault(library, []).append(f"{entry.value} cannot be loaded ({exc})")
+            continue
+        if instrumentor.is_instrumented_by_opentelemetry:
+            active.add(library)
+        else:
+            tried.setdefault(library, []).append(f"{entry.value} did not instrument it")
+    return [(lib, "; ".join(why)) for lib, why in sorted(tried.items()) if lib not in active]
 
 
 def _started_a_ray_session() -> bool:

@@ -155,6 +155,20 @@ def extract_reset(result: Any) -> tuple[Any, Any]:
     return result, _UNSET
 
 
+def batch_size(result: Any) -> int | None:
+    """How many sub-environments a batched step result holds (a vector env's
+    ``(observations, rewards, terminations, truncations, infos)`` or a 4-tuple with ``dones``:
+    rewards and flags are 1-d arrays), None for anything else. No extractor reads one as a
+    step: it is N steps of N episodes."""
+    if not isinstance(result, tuple) or len(result) not in (4, 5):
+        return None
+    rewards = result[1]
+    shape = getattr(rewards, "shape", None)
+    if shape is None or len(shape) != 1 or not hasattr(result[2], "shape"):
+        return None
+    return int(shape[0])
+
+
 EXTRACTORS: dict[str, Callable[[Any], StepResult | None]] = {
     "auto": extract_step,
     "gymnasium": from_gymnasium,

@@ -32,7 +32,7 @@ from agenttrace._logging import internal_error as _internal_error
 from agenttrace._logging import warn_once as _warn_once
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
-from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, extract_reset
+from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, batch_size, extract_reset
 from agenttrace.instrument.scope import (
     _EpisodeState,
     _Frame,
@@ -170,6 +170,16 @@ class StepScope(_Scope):
             _internal_error("the step extractor")
             found = None
         if found is None:
+            batch = batch_size(result)
+            if batch is not None:
+                _warn_once(
+                    "batched step",
+                    "agenttrace: an env.step returned the results of %d sub-environments at "
+                    "once (a vector env): no extractor reads that as a step, so it is recorded "
+                    "as one observation. Record each sub-environment's episodes with "
+                    "AGENTTRACE_GYMNASIUM=1 or TracedVectorEnv (docs/env-wrappers.md)",
+                    batch,
+                )
             self.record(observation=result)
             return result
         self.record(
