@@ -96,16 +96,13 @@ class LLMCallScope(_Scope):
         if span is None:
             return
         try:
-            attrs: dict[str, Any] = {}
-            for key, value in (
-                (sc.GEN_AI_INPUT_MESSAGES, input_messages),
-                (sc.GEN_AI_OUTPUT_MESSAGES, output_messages),
-                (sc.GEN_AI_TOOL_DEFINITIONS, tool_definitions),
-            ):
-                if value is not _UNSET:
-                    text = self._content(key, value)
-                    if text is not None:
-                        attrs[key] = text
+            attrs: dict[str, Any] = self._encoded(
+                (
+                    (sc.GEN_AI_INPUT_MESSAGES, input_messages),
+                    (sc.GEN_AI_OUTPUT_MESSAGES, output_messages),
+                    (sc.GEN_AI_TOOL_DEFINITIONS, tool_definitions),
+                )
+            )
             if response_model:
                 attrs[sc.GEN_AI_RESPONSE_MODEL] = response_model
             if finish_reasons is not None:
@@ -257,18 +254,15 @@ class ToolCallScope(_Scope):
                     span.update_name(self._span_name())
             if call_id is not _UNSET and call_id is not None:
                 attrs[sc.GEN_AI_TOOL_CALL_ID] = str(call_id)
-            for key, value in (
-                (sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments),
-                (sc.GEN_AI_TOOL_CALL_RESULT, result),
-            ):
-                if value is not _UNSET:
-                    text = self._content(key, value)
-                    if text is not None:
-                        attrs[key] = text
-            if self._pending is not None:
-                self._pending.update(attrs)
-            elif attrs:
-                span.set_attributes(attrs)
+            attrs.update(
+                self._encoded(
+                    (
+                        (sc.GEN_AI_TOOL_CALL_ARGUMENTS, arguments),
+                        (sc.GEN_AI_TOOL_CALL_RESULT, result),
+                    )
+                )
+            )
+            self._write(attrs)
         except Exception:
             _internal_error("recording a tool call")
 

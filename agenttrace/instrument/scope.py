@@ -19,7 +19,7 @@ import functools
 import inspect
 import logging
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -31,6 +31,7 @@ from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._secrets import REDACTED, is_secret_name
 from agenttrace.instrument.arguments import CallArguments, Parameters
+from agenttrace.instrument.extractors import _UNSET
 from agenttrace.trajectory import codec
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ class _Scope:
             runtime = self._resolve_runtime()
             if not runtime.enabled:
                 return self
-            parent = self._parent or otel_context.get_current()
+            parent = self._parent if self._parent is not None else otel_context.get_current()
             parent_frame = parent.get(_FRAME_KEY)
             if not isinstance(parent_frame, _Frame):
                 parent_frame = None
@@ -362,6 +363,24 @@ class _Scope:
     def set_attribute(self, key: str, value: Any) -> None:
         if self._span is not None and not is_secret_name(key):
             self._span.set_attribute(key, value)
+
+    def _encoded(self, fields: Iterable[tuple[str, Any]]) -> dict[str, str]:
+        """The content attributes among ``(key, value)`` pairs that were given (not
+        ``_UNSET``), encoded as :meth:`_content` does; withheld ones left out."""
+        found: dict[str, str] = {}
+        for key, value in fields:
+            if value is not _UNSET:
+                text = self._content(key, value)
+                if text is not None:
+                    found[key] = text
+        return found
+
+    def _write(self, attributes: dict[str, Any]) -> None:
+        """Put ``attributes`` on the span, or with what a traced call writes at its end."""
+        if self._pending is not None:
+            self._pending.update(attributes)
+        elif attributes:
+            self._span.set_attributes(attributes)  # type: ignore[union-attr]
 
     def _content(self, key: str, value: Any) -> str | None:
         """JSON text for a content attribute, after the content policy and redaction."""

@@ -101,12 +101,9 @@ class StepScope(_Scope):
         if span is None:
             return
         try:
-            attrs: dict[str, Any] = {}
-            for key, value in ((sc.OBSERVATION, observation), (sc.ACTION, action), (sc.INFO, info)):
-                if value is not _UNSET:
-                    text = self._content(key, value)
-                    if text is not None:
-                        attrs[key] = text
+            attrs: dict[str, Any] = self._encoded(
+                ((sc.OBSERVATION, observation), (sc.ACTION, action), (sc.INFO, info))
+            )
             episode = self._frame.episode if self._frame else None
             if reward is not _UNSET and reward is not None:
                 reward = float(reward)
@@ -137,10 +134,7 @@ class StepScope(_Scope):
                     episode.record_flags(index, self._priority, term, trunc)
             if discount is not _UNSET and discount is not None:
                 attrs[sc.DISCOUNT] = float(discount)
-            if self._pending is not None:
-                self._pending.update(attrs)
-            elif attrs:
-                span.set_attributes(attrs)
+            self._write(attrs)
         except Exception:
             _internal_error(f"recording on a {self.role} span")
 
