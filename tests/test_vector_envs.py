@@ -398,3 +398,34 @@ def test_a_batched_step_result_is_not_taken_for_a_step_silently(pipeline, caplog
     envs.close()
     assert f"results of {NUM_ENVS} sub-environments at once" in caplog.text
     assert "AGENTTRACE_GYMNASIUM=1 or TracedVectorEnv" in caplog.text
+
+
+@pytest.mark.parametrize("vector_class", ["SyncVectorEnv", "AsyncVectorEnv"])
+def test_a_vector_env_built_by_hand_names_each_sub_env(pipeline, tmp_path, vector_class) -> None:
+    """CleanRL's way, ``SyncVectorEnv([make_env, ...])``, under instrument_gymnasium: each
+    sub-env from ``gym.make`` is a TracedEnv that knows its position (rl.env.index), in this
+    process or in an AsyncVectorEnv's worker (which writes its own run folder)."""
+    from agenttrace.instrument.wrappers import instrument_gymnasium, uninstrument_gymnasium
+
+    instrument_gymnasium()
+    try:
+        cls = getattr(gym.vector, vector_class)
+        envs = cls([lambda: gym.make("CartPole-v1", max_episode_steps=LIMIT)] * NUM_ENVS)
+        play_vector(envs, AutoresetMode.NEXT_STEP)
+    finally:
+        uninstrument_gymnasium()
+    assert type(vars(cls)["__init__"]).__name__ == "function"  # put back as it was
+    pipeline.shutdown()
+    trajectories = load_trajectories(sorted(tmp_path.glob("**/trajectories*.jsonl")))
+    finished = [t for t in trajectories if t.status != sc.STATUS_ABORTED]
+    assert len({t.episode_id for t in trajectories}) == len(trajectories)
+    runs = by_sub_env(finished)
+    assert sorted(runs) == list(range(NUM_ENVS))
+    for index, episodes in runs.items():
+        truth = played_alone(index, len(episodes))
+        assert episodes[0].attributes[sc.EPISODE_SEED] == SEED + index
+        for trajectory, expected in zip(episodes, truth, strict=True):
+            assert [s.action for s in trajectory.steps] == expected.actions
+            assert [s.reward for s in trajectory.steps] == expected.rewards
+            for step, observation in zip(trajectory.steps, expected.observations, strict=True):
+                np.testing.assert_array_equal(step.observation, observation)

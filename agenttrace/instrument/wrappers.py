@@ -422,6 +422,9 @@ class TracedEnv(_GymWrapper):  # type: ignore[misc, valid-type]
         super().__init__(env)
         if env_name is None:
             env_name = _gym_env_name(env)
+        sub_env = _sub_env_index.get()
+        if sub_env is not None:  # made for a vector env built by hand (instrument_gymnasium)
+            attributes = {**(attributes or {}), sc.ENV_INDEX: sub_env}
         self._agenttrace = _Recorder(
             self,
             extractor="gymnasium",
@@ -479,7 +482,48 @@ def _gym_env_name(env: Any) -> str:
     return type(getattr(env, "unwrapped", env)).__name__
 
 
-_patches: list[tuple[Any, str, Any, Any]] = []  # (module, name, original, our proxy)
+_patches: list[tuple[Any, str, Any, Any]] = []  # (module or class, name, original, proxy)
+#: Which sub-environment of a vector env built by hand the env being made is (its env_fn's
+#: position), while instrument_gymnasium is on.
+_sub_env_index: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "agenttrace_sub_env_index", default=None
+)
+
+
+class _IndexedEnvFn:
+    """A vector env's ``env_fn`` that says which sub-environment it makes. Picklable (by
+    cloudpickle, as ``AsyncVectorEnv`` sends env_fns to its worker processes) when the
+    function it holds is."""
+
+    def __init__(self, env_fn: Callable[[], Any], index: int) -> None:
+        self.env_fn = env_fn
+        self.index = index
+
+    def __call__(self) -> Any:
+        token = _sub_env_index.set(self.index)
+        try:
+            return self.env_fn()
+        finally:
+            _sub_env_index.reset(token)
+
+
+def _indexed_vector_init(
+    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict
+) -> Any:
+    """``SyncVectorEnv``/``AsyncVectorEnv(env_fns, ...)`` with each env_fn indexed, so the
+    sub-environments ``gymnasium.make`` traces carry ``rl.env.index``."""
+    try:
+        env_fns = args[0] if args else kwargs["env_fns"]
+        indexed = [_IndexedEnvFn(fn, i) for i, fn in enumerate(env_fns)]
+        if args:
+            args = (indexed, *args[1:])
+        else:
+            kwargs = {**kwargs, "env_fns": indexed}
+    except Exception:
+        pass  # (not the signature we know: construct as given)
+    return wrapped(*args, **kwargs)
+
+
 _patch_lock = threading.Lock()
 _in_make: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "agenttrace_in_gymnasium_make", default=False
@@ -519,13 +563,18 @@ def instrument_gymnasium(**options: Any) -> None:
                 proxy = wrapt.FunctionWrapper(original, wrapper)
                 setattr(module, name, proxy)
                 _patches.append((module, name, original, proxy))
+        for vector_class in (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv):
+            original = vars(vector_class)["__init__"]
+            proxy = wrapt.FunctionWrapper(original, _indexed_vector_init)
+            vector_class.__init__ = proxy
+            _patches.append((vector_class, "__init__", original, proxy))
 
 
 def uninstrument_gymnasium() -> None:
     """Put back exactly the functions :func:`instrument_gymnasium` replaced."""
     with _patch_lock:
         for module, name, original, proxy in reversed(_patches):
-            if getattr(module, name) is proxy:
+            if vars(module).get(name) is proxy:
                 setattr(module, name, original)
             else:
                 logger.warning(
