@@ -37,6 +37,8 @@ TASK_ID = "rl.task.id"
 ENV_NAME = "rl.env.name"
 #: Which sub-environment of a vector environment the episode ran on (0, 1, ...).
 ENV_INDEX = "rl.env.index"
+#: The process that stepped that sub-environment (its pid: an async vector env's worker).
+ENV_WORKER = "rl.env.worker"
 AGENT_NAME = "rl.agent.name"
 POLICY_VERSION = "rl.policy.version"
 EPISODE_SEED = "rl.episode.seed"

@@ -168,6 +168,11 @@ def test_each_sub_env_run_equals_playing_it_alone(pipeline, vectorization, mode)
     check_against_alone(run.live)
     if mode == AutoresetMode.NEXT_STEP:
         check_statistics(run.live, statistics)
+    workers = {t.attributes[sc.ENV_WORKER] for t in run.live}
+    if vectorization == "sync":
+        assert workers == {os.getpid()}
+    else:  # the worker process of each sub-env, none of them this one
+        assert len(workers) == NUM_ENVS and os.getpid() not in workers
 
 
 def test_a_native_vector_env_is_split_by_its_batched_results(pipeline) -> None:
@@ -421,6 +426,11 @@ def test_a_vector_env_built_by_hand_names_each_sub_env(pipeline, tmp_path, vecto
     assert len({t.episode_id for t in trajectories}) == len(trajectories)
     runs = by_sub_env(finished)
     assert sorted(runs) == list(range(NUM_ENVS))
+    workers = {i: {t.attributes[sc.ENV_WORKER] for t in runs[i]} for i in runs}
+    assert all(len(pids) == 1 for pids in workers.values())  # one process per sub-env
+    distinct = len({pid for pids in workers.values() for pid in pids})
+    assert distinct == (NUM_ENVS if vector_class == "AsyncVectorEnv" else 1)
+    assert (os.getpid() in workers[0]) is (vector_class == "SyncVectorEnv")
     for index, episodes in runs.items():
         truth = played_alone(index, len(episodes))
         assert episodes[0].attributes[sc.EPISODE_SEED] == SEED + index

@@ -30,6 +30,7 @@ instrument_gymnasium` wraps what ``gymnasium.make_vec`` returns.
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,6 +96,12 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
         )
         self._at_collector = _checked_collector(collector)
         self._at_subs = [_SubEnv(i) for i in range(env.num_envs)]
+        # The process stepping each sub-environment: an AsyncVectorEnv's workers, else here.
+        processes = getattr(env.unwrapped, "processes", None)
+        pids = [getattr(p, "pid", None) for p in processes or ()]
+        if len(pids) != env.num_envs or not all(isinstance(pid, int) for pid in pids):
+            pids = [os.getpid()] * env.num_envs
+        self._at_workers = pids
         mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self._at_mode = AutoresetMode(mode) if not isinstance(mode, AutoresetMode) else mode
 
@@ -143,7 +150,11 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
         if not runtime.enabled:
             return
         options = dict(self._at_options)
-        options["attributes"] = {**(options["attributes"] or {}), sc.ENV_INDEX: sub.index}
+        options["attributes"] = {
+            **(options["attributes"] or {}),
+            sc.ENV_INDEX: sub.index,
+            sc.ENV_WORKER: self._at_workers[sub.index],
+        }
         episode = EpisodeScope(env=sub, seed=seed, runtime=runtime, **options).start()
         sub.episode = episode
         if self._at_collector is not None and episode.id and episode.span.is_recording():

@@ -39,6 +39,7 @@ import functools
 import inspect
 import logging
 import numbers
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -424,7 +425,7 @@ class TracedEnv(_GymWrapper):  # type: ignore[misc, valid-type]
             env_name = _gym_env_name(env)
         sub_env = _sub_env_index.get()
         if sub_env is not None:  # made for a vector env built by hand (instrument_gymnasium)
-            attributes = {**(attributes or {}), sc.ENV_INDEX: sub_env}
+            attributes = {**(attributes or {}), sc.ENV_INDEX: sub_env, sc.ENV_WORKER: os.getpid()}
         self._agenttrace = _Recorder(
             self,
             extractor="gymnasium",
