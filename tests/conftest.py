@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -56,6 +57,31 @@ def run_script(
         text=True,
         timeout=timeout,
     )
+
+
+def run_instrumented(
+    folder: Path, code: str, *args: str, name: str = "script.py", timeout: float = 180, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``opentelemetry-instrument python3 <name> args...``: :func:`run_script` with agenttrace
+    loaded as the instrumentation (no OpenTelemetry exporters); it must exit 0."""
+    instrument = shutil.which("opentelemetry-instrument")
+    assert instrument, "opentelemetry-instrument is installed with opentelemetry-instrumentation"
+    (folder / name).write_text(code)
+    done = subprocess.run(
+        [instrument, sys.executable, name, *args],
+        cwd=folder,
+        env=clean_environ(
+            OTEL_TRACES_EXPORTER="none",
+            OTEL_METRICS_EXPORTER="none",
+            OTEL_LOGS_EXPORTER="none",
+            **env,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
 
 
 def exported(source: str, out: Path, *options: str) -> list[at.Trajectory]:

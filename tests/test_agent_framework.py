@@ -11,15 +11,11 @@ prints.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import exported
+from conftest import exported, run_instrumented
 from test_openai_genai import ChatServer, serve_chat
 
 from agenttrace import semconv as sc
@@ -78,31 +74,15 @@ def server() -> Iterator[ChatServer]:
 @pytest.fixture(scope="module")
 def agent_run(server: ChatServer, tmp_path_factory: pytest.TempPathFactory) -> tuple:
     tmp = tmp_path_factory.mktemp("agent")
-    script = tmp / "weather_agent.py"
-    script.write_text(AGENT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
-    env.update(
+    done = run_instrumented(
+        tmp,
+        AGENT,
+        server.base_url,
+        API_KEY,
+        name="weather_agent.py",
         AGENTTRACE_TARGETS=TARGETS,
         AGENTTRACE_OUT=str(tmp / "runs"),
-        OTEL_TRACES_EXPORTER="none",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
     )
-    done = subprocess.run(
-        [
-            shutil.which("opentelemetry-instrument"),
-            sys.executable,
-            str(script),
-            server.base_url,
-            API_KEY,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
     assert "never" not in done.stderr and "not instrumented" not in done.stderr, done.stderr
     (trajectory,) = load_trajectories(sorted((tmp / "runs").glob("*/trajectories.jsonl")))
     return json.loads(done.stdout), trajectory, tmp / "runs"

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import assert_same_episodes, read_run
+from conftest import assert_same_episodes, read_run, run_instrumented
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
@@ -269,27 +266,14 @@ def test_zero_code_cleanrl_style_loop(tmp_path, vectorization) -> None:
     """``AGENTTRACE_GYMNASIUM=1 opentelemetry-instrument python train.py``: no target, no
     import of agenttrace, every sub-env episode recorded (in this process: async workers only
     step their sub-envs)."""
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(CLEANRL_LOOP))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
-    env.update(
+    done = run_instrumented(
+        tmp_path,
+        textwrap.dedent(CLEANRL_LOOP),
+        vectorization,
+        name="train.py",
         AGENTTRACE_GYMNASIUM="1",
         AGENTTRACE_OUT=str(tmp_path / "runs"),
-        OTEL_TRACES_EXPORTER="none",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
     )
-    instrument = shutil.which("opentelemetry-instrument")
-    assert instrument
-    done = subprocess.run(
-        [instrument, sys.executable, str(script), vectorization],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
     finished = json.loads(done.stdout)
     trajectories = load_trajectories(sorted((tmp_path / "runs").glob("*/trajectories.jsonl")))
     check_statistics(trajectories, [{"index": i, "return": r, "length": n} for i, r, n in finished])
@@ -337,26 +321,14 @@ print(json.dumps({"episodes": episodes, "vector_steps": vector_steps}))
 
 
 def run_env_targets_loop(tmp_path: Path, **settings: str) -> tuple[Any, list[at.Trajectory]]:
-    script = tmp_path / "loop.py"
-    script.write_text(textwrap.dedent(ENV_TARGETS_LOOP))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
-    env.update(
+    done = run_instrumented(
+        tmp_path,
+        textwrap.dedent(ENV_TARGETS_LOOP),
+        name="loop.py",
         AGENTTRACE_TARGETS="gymnasium.core:Env.reset=env.reset;gymnasium.core:Env.step=env.step",
         AGENTTRACE_OUT=str(tmp_path / "runs"),
-        OTEL_TRACES_EXPORTER="none",
-        OTEL_METRICS_EXPORTER="none",
-        OTEL_LOGS_EXPORTER="none",
         **settings,
     )
-    done = subprocess.run(
-        [shutil.which("opentelemetry-instrument"), sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
     runs = sorted((tmp_path / "runs").glob("*/trajectories.jsonl"))
     return done, load_trajectories(runs) if runs else []
 
