@@ -22,7 +22,6 @@ wrappers.TracedEnv` writes, minus the ``timestep`` around each ``env.step``.
 from __future__ import annotations
 
 import numbers
-from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
@@ -64,7 +63,6 @@ class EnvEpisodeStepScope(EnvStepScope):
     ends it with the terminal step."""
 
     _joined: EpisodeScope | None = None
-    _ending: str | None = None
 
     def _before_start(self, arguments: CallArguments) -> None:
         env = self._receiver
@@ -79,19 +77,6 @@ class EnvEpisodeStepScope(EnvStepScope):
         self._joined = episode
         self._parent = episode._context
 
-    def _on_return(self, result: Any) -> None:
-        super()._on_return(result)
-        if self._joined is None:
-            return
-        try:
-            found = self._extractor(result)
-        except Exception:
-            return  # (said by record_result already)
-        if found is not None and found.terminated:
-            self._ending = sc.STATUS_COMPLETED
-        elif found is not None and found.truncated:
-            self._ending = sc.STATUS_TRUNCATED
-
     def end(self, exc: BaseException | None = None) -> None:
         super().end(exc)
         episode = self._joined
@@ -101,8 +86,13 @@ class EnvEpisodeStepScope(EnvStepScope):
             _end_episode(
                 episode, sc.STATUS_CANCELLED if _is_cancel(exc) else sc.STATUS_ERRORED, exc
             )
-        elif self._ending is not None:
-            _end_episode(episode, self._ending)
+            return
+        # The flags this step recorded (the episode keeps the newest step's): a terminal step
+        # ends the episode.
+        state = self._frame.episode if self._frame is not None else None
+        last = state.last_flags if state is not None else None
+        if last is not None and last[0] == self.index and (last[2] or last[3]):
+            _end_episode(episode, sc.STATUS_COMPLETED if last[2] else sc.STATUS_TRUNCATED)
 
 
 def _end_episode(episode: EpisodeScope, status: str, exc: BaseException | None = None) -> None:

@@ -444,7 +444,12 @@ def _parts_of(
                 continue
             genai_records.append(record)
             index = record.attributes.get(index_key)
-            if _is_turn(record, index):
+            if (
+                kind == genai.MODEL_CALL
+                and type(index) is int
+                and index >= 0
+                and record.attributes.get(sc.TIMESTEP_TURN) is True
+            ):  # (_is_turn, the kind known already)
                 roles = parts.setdefault(index, {})
                 first = roles.get(_FIRST_CALL)
                 if first is None or record.start_time < first.start_time:
