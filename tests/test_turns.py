@@ -355,6 +355,10 @@ def test_what_a_turn_takes_from_its_model_calls(tmp_path) -> None:
     assert (steps[3].observation, steps[3].action, steps[3].terminated) == ("o3", None, False)
     assert (steps[4].observation, steps[4].action) == (_asked(4), "r4")
     assert (steps[4].terminated, steps[4].truncated) == (True, False)
+    # A turn of calls only lasts from its first call's start to its last call's end.
+    calls = steps[4].llm_calls
+    assert (steps[4].start_time, steps[4].end_time) == (calls[0].start_time, calls[-1].end_time)
+    assert calls[0].end_time < calls[-1].start_time
 
 
 def test_another_instrumentations_calls_make_the_turns_of_an_episode_without_steps(
