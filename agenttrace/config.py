@@ -485,6 +485,14 @@ def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     return _from_environment(setting, environ)
 
 
+def read_setting_or(name: str, default: Any) -> Any:
+    """:func:`read_setting`, or ``default`` when its value is bad (configure() reports it)."""
+    try:
+        return read_setting(name)
+    except ConfigError:
+        return default
+
+
 def parse_setting(name: str, value: Any) -> Any:
     """One setting's value given in code, parsed and checked as ``configure()`` does.
 

@@ -64,7 +64,7 @@ from opentelemetry.instrumentation.utils import (
 )
 
 from agenttrace import config
-from agenttrace.instrument import propagate_patches, script, spans
+from agenttrace.instrument import exit_warnings, propagate_patches, script
 from agenttrace.instrument import targets as targets_module
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.calls import ToolCallScope
@@ -302,7 +302,7 @@ def _template(target: Target, tracer_provider: Any) -> _Scope:
         options["name"] = target.attribute  # unless a name= option reads it from the call
     known = SETTINGS.get(target.role, {})
     options.update((known[name][1], value) for name, value in target.settings.items())
-    if base in ENV_EPISODE_SCOPES and _setting("env_episodes", True):
+    if base in ENV_EPISODE_SCOPES and config.read_setting_or("env_episodes", True):
         base = ENV_EPISODE_SCOPES[base]  # outside any episode, the env delimits its own
     per_call = _paths(target, lambda name: name in EpisodeScope.PER_CALL_OPTIONS)
     arguments = _paths(target, lambda name: name not in EpisodeScope.PER_CALL_OPTIONS)
@@ -631,7 +631,7 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 logger.exception("agenttrace: instrumenting %s failed", resolved.target)
         self._patcher = patcher
         self._propagation = propagate_patches.apply(propagate)
-        if given is None and _setting("gymnasium", False):
+        if given is None and config.read_setting_or("gymnasium", False):
             _instrument_gymnasium_on_import()
         for target in later:
             _wait_for_import(self, patcher, target)
@@ -774,14 +774,6 @@ def _report_uncalled_at_exit(instrumentor: AgentTraceInstrumentor) -> None:
         atexit.register(_warn_uncalled, instrumentor)
 
 
-def _setting(name: str, default: Any) -> Any:
-    """A setting read from the environment; a bad value was reported by configure()."""
-    try:
-        return config.read_setting(name)
-    except config.ConfigError:
-        return default
-
-
 def _instrument_gymnasium_on_import() -> None:
     """``AGENTTRACE_GYMNASIUM``: instrument gymnasium once it is imported (now if it is)."""
 
@@ -797,95 +789,12 @@ def _instrument_gymnasium_on_import() -> None:
 
 
 def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
+    """What runs at exit: the targets never called and what else lost data quietly."""
     patcher = instrumentor._patcher
     if patcher is None:
         return
     never = _waiting_for_import.pop(id(instrumentor), {})
-    for target in never.values():
-        logger.error(
-            "agenttrace: target %s never took effect: module %r could not be imported when "
-            "instrumentation started and was never imported later in this process",
-            target,
-            target.module,
-        )
-    for library, why in _instrumentors_not_loaded():
-        logger.warning(
-            "agenttrace: no OpenTelemetry instrumentation of %s is active (%s): if this "
-            "program calls %s, those calls are not traced (docs/llm-calls.md, Setup; "
-            "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=%s says you meant it)",
-            library,
-            why,
-            library,
-            library,
-        )
-    outside = spans.steps_outside_episodes
-    if outside:
-        logger.warning(
-            "agenttrace: %d env.step call%s ran outside any episode, on an env with no episode "
-            "open (no reset() traced before them): no trajectory holds them. Add a target on "
-            "the env's reset (role env.reset), or on the function that plays an episode (role "
-            "episode)",
-            outside,
-            "" if outside == 1 else "s",
-        )
-    if not _setting("warn_uncalled_targets", True):
-        return
-    uncalled = patcher.uncalled()
-    if uncalled and _started_a_ray_session():
-        logger.debug("agenttrace: a Ray driver; targets never called here: %s", uncalled)
-        return
-    if uncalled:
-        logger.warning(
-            "agenttrace: %d target%s never called in this process: %s. Check that each names "
-            "a function your program calls here (code that runs in another process, a Ray "
-            "actor or a worker, is not counted); %s=false turns this warning off",
-            len(uncalled),
-            " was" if len(uncalled) == 1 else "s were",
-            "; ".join(str(t) for t in uncalled),
-            "AGENTTRACE_WARN_UNCALLED_TARGETS",
-        )
-
-
-def _instrumentors_not_loaded() -> list[tuple[str, str]]:
-    """(library, why) for each library this program imported that an installed OpenTelemetry
-    instrumentor is for, none of which is active. ``opentelemetry-instrument`` skips an
-    instrumentor that fails to load with a debug line only (openai-v2 without httpx, say)."""
-    if "opentelemetry.instrumentation.auto_instrumentation" not in sys.modules:
-        return []  # not under opentelemetry-instrument: instrumenting others is the program's job
-    disabled = {
-        name.strip()
-        for name in os.environ.get(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")
-    }
-    tried: dict[str, list[str]] = {}  # library -> why each of its instrumentors is not active
-    active: set[str] = set()
-    for entry in importlib.metadata.entry_points(group="opentelemetry_instrumentor"):
-        library = entry.name.replace("-", "_")
-        if entry.name in disabled or "*" in disabled or entry.name == ENTRY_POINT_NAME:
-            continue
-        if library not in sys.modules or library in active:
-            continue  # (not used here: never loaded, nothing to say)
-        try:
-            instrumentor = entry.load()()
-        except Exception as exc:
-            tried.setdefault(library, []).append(f"{entry.value} cannot be loaded ({exc})")
-            continue
-        if instrumentor.is_instrumented_by_opentelemetry:
-            active.add(library)
-        else:
-            tried.setdefault(library, []).append(f"{entry.value} did not instrument it")
-    return [(lib, "; ".join(why)) for lib, why in sorted(tried.items()) if lib not in active]
-
-
-def _started_a_ray_session() -> bool:
-    """True in a Ray driver: its targets run in the actor and task processes, not here."""
-    module = sys.modules.get("ray._private.worker")
-    worker = getattr(module, "global_worker", None)
-    try:  # Ray's own exit handler may have ended the session (mode None) before ours runs
-        return worker is not None and (
-            worker.mode is not None or getattr(worker, "logger_thread", None) is not None
-        )
-    except Exception:
-        return False
+    exit_warnings.warn(patcher.uncalled, list(never.values()), _disabled_names())
 
 
 def targets_from_environment(
@@ -912,9 +821,14 @@ def disabled_by_environment(environ: Mapping[str, str] | None = None) -> bool:
 
     opentelemetry-instrument then never loads the instrumentor; direct use honours it too.
     """
-    environ = os.environ if environ is None else environ
-    names = {n.strip() for n in environ.get(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")}
+    names = _disabled_names(environ)
     return ENTRY_POINT_NAME in names or "*" in names
+
+
+def _disabled_names(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The instrumentations ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` lists."""
+    environ = os.environ if environ is None else environ
+    return {n.strip() for n in environ.get(OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, "").split(",")}
 
 
 def instrument_from_environment() -> None:

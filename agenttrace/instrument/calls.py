@@ -19,7 +19,15 @@ from agenttrace._logging import internal_error as _internal_error
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.llm_results import read_result
-from agenttrace.instrument.scope import TURN_CALL_PRIORITY, _Scope
+from agenttrace.instrument.scope import TURN_CALL_PRIORITY, _EpisodeState, _Frame, _Scope
+
+
+def _turns_of(frame: _Frame | None) -> _EpisodeState | None:
+    """The episode whose agent turns a call belongs to: the frame's, when the call is made
+    outside any step span in an episode without timesteps (docs/tracing-api.md); else None."""
+    if frame is None or frame.index is not None or frame.episode is None:
+        return None
+    return None if frame.episode.has_timesteps else frame.episode
 
 
 class LLMCallScope(_Scope):
@@ -70,10 +78,9 @@ class LLMCallScope(_Scope):
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         if frame is not None and frame.index is not None:
             attributes[sc.TIMESTEP_INDEX] = frame.index
-        elif frame is not None and frame.episode is not None and not frame.episode.has_timesteps:
-            # A call outside any step span, in an episode that has no timesteps: an agent
-            # turn, a step of its own unless an env.step consumes it (docs/tracing-api.md).
-            attributes[sc.TIMESTEP_INDEX] = frame.episode.turn_index(self.role)
+        elif (episode := _turns_of(frame)) is not None:
+            # An agent turn: a step of its own unless an env.step consumes it.
+            attributes[sc.TIMESTEP_INDEX] = episode.turn_index(self.role)
             attributes[sc.TIMESTEP_TURN] = True
             self._turn = True
         self._step_index = attributes.get(sc.TIMESTEP_INDEX)
@@ -227,8 +234,8 @@ class ToolCallScope(_Scope):
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         if frame is not None and frame.index is not None:
             attributes[sc.TIMESTEP_INDEX] = frame.index
-        elif frame is not None and frame.episode is not None and not frame.episode.has_timesteps:
-            index = frame.episode.tool_index()
+        elif (episode := _turns_of(frame)) is not None:
+            index = episode.tool_index()
             if index is not None:
                 attributes[sc.TIMESTEP_INDEX] = index
         return frame

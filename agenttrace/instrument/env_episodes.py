@@ -22,6 +22,7 @@ wrappers.TracedEnv` writes, minus the ``timestep`` around each ``env.step``.
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
@@ -36,8 +37,8 @@ class EnvEpisodeResetScope(EnvResetScope):
     _opened: EpisodeScope | None = None
 
     def _before_start(self, arguments: CallArguments) -> None:
-        env = self._receiver
-        if env is None or current_episode_id() is not None:
+        env = _env_outside_episodes(self)
+        if env is None:
             return
         runtime = self._resolve_runtime()
         if not runtime.enabled:
@@ -53,9 +54,7 @@ class EnvEpisodeResetScope(EnvResetScope):
         super().end(exc)
         episode = self._opened
         if episode is not None and exc is not None:  # the reset failed: so did the episode
-            _end_episode(
-                episode, sc.STATUS_CANCELLED if _is_cancel(exc) else sc.STATUS_ERRORED, exc
-            )
+            _end_episode(episode, _failed(exc), exc)
 
 
 class EnvEpisodeStepScope(EnvStepScope):
@@ -65,8 +64,8 @@ class EnvEpisodeStepScope(EnvStepScope):
     _joined: EpisodeScope | None = None
 
     def _before_start(self, arguments: CallArguments) -> None:
-        env = self._receiver
-        if env is None or current_episode_id() is not None:
+        env = _env_outside_episodes(self)
+        if env is None:
             return
         runtime = self._resolve_runtime()
         with runtime.env_lock:
@@ -83,9 +82,7 @@ class EnvEpisodeStepScope(EnvStepScope):
         if episode is None:
             return
         if exc is not None:
-            _end_episode(
-                episode, sc.STATUS_CANCELLED if _is_cancel(exc) else sc.STATUS_ERRORED, exc
-            )
+            _end_episode(episode, _failed(exc), exc)
             return
         # The flags this step recorded (the episode keeps the newest step's): a terminal step
         # ends the episode.
@@ -93,6 +90,18 @@ class EnvEpisodeStepScope(EnvStepScope):
         last = state.last_flags if state is not None else None
         if last is not None and last[0] == self.index and (last[2] or last[3]):
             _end_episode(episode, sc.STATUS_COMPLETED if last[2] else sc.STATUS_TRUNCATED)
+
+
+def _env_outside_episodes(scope: EnvResetScope) -> Any:
+    """The env a target's call is made on, when it is made outside any episode; else None."""
+    env = scope._receiver
+    if env is None or current_episode_id() is not None:
+        return None
+    return env
+
+
+def _failed(exc: BaseException) -> str:
+    return sc.STATUS_CANCELLED if _is_cancel(exc) else sc.STATUS_ERRORED
 
 
 def _end_episode(episode: EpisodeScope, status: str, exc: BaseException | None = None) -> None:

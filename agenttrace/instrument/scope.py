@@ -435,9 +435,11 @@ class CallHooks:
         scope = self.template._clone()
         if receiver is not None:
             scope._receiver = receiver
+        arguments = None
         if self.early:
+            arguments = CallArguments(self.parameters, args, kwargs)
             try:
-                scope._before_start(CallArguments(self.parameters, args, kwargs))
+                scope._before_start(arguments)
             except Exception:
                 _internal_error(f"reading arguments of {self.name}")
         scope.start()
@@ -447,7 +449,7 @@ class CallHooks:
             scope._pending = {}
             if self.reads_arguments:
                 try:
-                    scope._on_call(CallArguments(self.parameters, args, kwargs))
+                    scope._on_call(arguments or CallArguments(self.parameters, args, kwargs))
                 except Exception:
                     _internal_error(f"recording arguments of {self.name}")
         return scope

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -41,6 +41,13 @@ from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._version import install_hint
 from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope
+from agenttrace.instrument.wrappers import (
+    _checked_collector,
+    _collector_for,
+    _episode_options,
+    _in_make,
+    _sub_env_index,
+)
 
 try:
     import gymnasium
@@ -85,8 +92,6 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
     ) -> None:
         if gymnasium is None:
             raise ImportError("TracedVectorEnv needs gymnasium: " + install_hint("gym"))
-        from agenttrace.instrument.wrappers import _checked_collector, _episode_options
-
         super().__init__(env)
         if env_name is None:
             spec = getattr(env, "spec", None)
@@ -158,8 +163,6 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
         episode = EpisodeScope(env=sub, seed=seed, runtime=runtime, **options).start()
         sub.episode = episode
         if self._at_collector is not None and episode.id and episode.span.is_recording():
-            from agenttrace.instrument.wrappers import _collector_for
-
             _collector_for(runtime.provider).watch(episode.id, self._at_collector)
         reset = _started_in(episode, EnvResetScope(runtime=runtime))
         if reset is not None:
@@ -277,6 +280,70 @@ def _seed(seed: Any, sub: _SubEnv) -> int | None:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
     return None
+
+
+# --- instrument_gymnasium's patches (agenttrace.instrument.wrappers) --------------------
+
+
+class _IndexedEnvFn:
+    """A vector env's ``env_fn`` that says which sub-environment it makes. Picklable (by
+    cloudpickle, as ``AsyncVectorEnv`` sends env_fns to its worker processes) when the
+    function it holds is."""
+
+    def __init__(self, env_fn: Callable[[], Any], index: int) -> None:
+        self.env_fn = env_fn
+        self.index = index
+
+    def __call__(self) -> Any:
+        token = _sub_env_index.set(self.index)
+        try:
+            return self.env_fn()
+        finally:
+            _sub_env_index.reset(token)
+
+
+def indexed_vector_init(
+    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict
+) -> Any:
+    """``SyncVectorEnv``/``AsyncVectorEnv(env_fns, ...)`` with each env_fn indexed, so the
+    sub-environments ``gymnasium.make`` traces carry ``rl.env.index``."""
+    try:
+        env_fns = args[0] if args else kwargs["env_fns"]
+        indexed = [_IndexedEnvFn(fn, i) for i, fn in enumerate(env_fns)]
+        if args:
+            args = (indexed, *args[1:])
+        else:
+            kwargs = {**kwargs, "env_fns": indexed}
+    except Exception:
+        pass  # (not the signature we know: construct as given)
+    return wrapped(*args, **kwargs)
+
+
+def traced_make_vec(
+    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict, *, options: dict
+) -> Any:
+    if _in_make.get():
+        return wrapped(*args, **kwargs)
+    token = _in_make.set(True)  # its sub-environments are recorded from the batched results
+    try:
+        envs = wrapped(*args, **kwargs)
+    finally:
+        _in_make.reset(token)
+    if not isinstance(envs, gymnasium.vector.VectorEnv) or _is_traced_vector(envs):
+        return envs
+    try:
+        return TracedVectorEnv(envs, **options)
+    except Exception:
+        _internal_error("wrapping a vector env made by gymnasium.make_vec")
+        return envs
+
+
+def _is_traced_vector(envs: Any) -> bool:
+    while envs is not None:
+        if isinstance(envs, TracedVectorEnv):
+            return True
+        envs = getattr(envs, "env", None)
+    return False
 
 
 __all__ = ["TracedVectorEnv"]

@@ -489,42 +489,6 @@ _patches: list[tuple[Any, str, Any, Any]] = []  # (module or class, name, origin
 _sub_env_index: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "agenttrace_sub_env_index", default=None
 )
-
-
-class _IndexedEnvFn:
-    """A vector env's ``env_fn`` that says which sub-environment it makes. Picklable (by
-    cloudpickle, as ``AsyncVectorEnv`` sends env_fns to its worker processes) when the
-    function it holds is."""
-
-    def __init__(self, env_fn: Callable[[], Any], index: int) -> None:
-        self.env_fn = env_fn
-        self.index = index
-
-    def __call__(self) -> Any:
-        token = _sub_env_index.set(self.index)
-        try:
-            return self.env_fn()
-        finally:
-            _sub_env_index.reset(token)
-
-
-def _indexed_vector_init(
-    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict
-) -> Any:
-    """``SyncVectorEnv``/``AsyncVectorEnv(env_fns, ...)`` with each env_fn indexed, so the
-    sub-environments ``gymnasium.make`` traces carry ``rl.env.index``."""
-    try:
-        env_fns = args[0] if args else kwargs["env_fns"]
-        indexed = [_IndexedEnvFn(fn, i) for i, fn in enumerate(env_fns)]
-        if args:
-            args = (indexed, *args[1:])
-        else:
-            kwargs = {**kwargs, "env_fns": indexed}
-    except Exception:
-        pass  # (not the signature we know: construct as given)
-    return wrapped(*args, **kwargs)
-
-
 _patch_lock = threading.Lock()
 _in_make: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "agenttrace_in_gymnasium_make", default=False
@@ -557,7 +521,9 @@ def instrument_gymnasium(**options: Any) -> None:
         if _patches:
             logger.info("agenttrace: gymnasium is already instrumented")
             return
-        for name, traced in (("make", _traced_make), ("make_vec", _traced_make_vec)):
+        from agenttrace.instrument import vector  # (it builds on this module)
+
+        for name, traced in (("make", _traced_make), ("make_vec", vector.traced_make_vec)):
             wrapper = functools.partial(traced, options=dict(options))
             for module in (gymnasium, gymnasium.envs.registration):
                 original = getattr(module, name)
@@ -566,7 +532,7 @@ def instrument_gymnasium(**options: Any) -> None:
                 _patches.append((module, name, original, proxy))
         for vector_class in (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv):
             original = vars(vector_class)["__init__"]
-            proxy = wrapt.FunctionWrapper(original, _indexed_vector_init)
+            proxy = wrapt.FunctionWrapper(original, vector.indexed_vector_init)
             vector_class.__init__ = proxy
             _patches.append((vector_class, "__init__", original, proxy))
 
@@ -603,37 +569,6 @@ def _traced_make(
     except Exception:
         _internal_error("wrapping an env made by gymnasium.make")
         return env
-
-
-def _traced_make_vec(
-    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict, *, options: dict
-) -> Any:
-    from agenttrace.instrument.vector import TracedVectorEnv
-
-    if _in_make.get():
-        return wrapped(*args, **kwargs)
-    token = _in_make.set(True)  # its sub-environments are recorded from the batched results
-    try:
-        envs = wrapped(*args, **kwargs)
-    finally:
-        _in_make.reset(token)
-    if not isinstance(envs, gymnasium.vector.VectorEnv) or _is_traced_vector(envs):
-        return envs
-    try:
-        return TracedVectorEnv(envs, **options)
-    except Exception:
-        _internal_error("wrapping a vector env made by gymnasium.make_vec")
-        return envs
-
-
-def _is_traced_vector(envs: Any) -> bool:
-    from agenttrace.instrument.vector import TracedVectorEnv
-
-    while envs is not None:
-        if isinstance(envs, TracedVectorEnv):
-            return True
-        envs = getattr(envs, "env", None)
-    return False
 
 
 # --- dm_env ----------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ class EpisodeAssembly:
                     self._episode_span = record
             elif turn_key in record.attributes:  # a model call that is (part of) a turn
                 index = record.attributes.get(index_key)
-                if _is_turn(record, index) and index > self._settled_upto:
+                if _is_turn(record, index, genai.call_kind(record)) and index > self._settled_upto:
                     self._seen.add(index)
             if self._first is None:
                 self._first = record
@@ -444,12 +444,7 @@ def _parts_of(
                 continue
             genai_records.append(record)
             index = record.attributes.get(index_key)
-            if (
-                kind == genai.MODEL_CALL
-                and type(index) is int
-                and index >= 0
-                and record.attributes.get(sc.TIMESTEP_TURN) is True
-            ):  # (_is_turn, the kind known already)
+            if _is_turn(record, index, kind):
                 roles = parts.setdefault(index, {})
                 first = roles.get(_FIRST_CALL)
                 if first is None or record.start_time < first.start_time:
@@ -460,7 +455,7 @@ def _parts_of(
     return parts, genai_records
 
 
-def _is_turn(record: SpanRecord, index: Any) -> bool:
+def _is_turn(record: SpanRecord, index: Any, kind: str | None) -> bool:
     """Whether ``record`` is a model call that makes (part of) the agent turn at ``index``:
     marked so by agenttrace, which only does it outside any step span. (A call inside a step
     carries that step's index too, but if the step's spans never arrived it goes with them.)"""
@@ -468,7 +463,7 @@ def _is_turn(record: SpanRecord, index: Any) -> bool:
         record.attributes.get(sc.TIMESTEP_TURN) is True
         and type(index) is int
         and index >= 0
-        and genai.call_kind(record) == genai.MODEL_CALL
+        and kind == genai.MODEL_CALL
     )
 
 
