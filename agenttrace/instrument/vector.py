@@ -29,11 +29,14 @@ instrument_gymnasium` wraps what ``gymnasium.make_vec`` returns.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import wrapt
 from opentelemetry import context as otel_context
 
 from agenttrace import pipeline
@@ -47,6 +50,7 @@ from agenttrace.instrument.wrappers import (
     _episode_options,
     _in_make,
     _sub_env_index,
+    index_sub_envs_if_instrumented,
 )
 
 try:
@@ -317,6 +321,40 @@ def indexed_vector_init(
     except Exception:
         pass  # (not the signature we know: construct as given)
     return wrapped(*args, **kwargs)
+
+
+#: Vector env classes of RL libraries that take ``env_fns`` first, as gymnasium's do:
+#: (module, class). Their sub-envs made by ``gymnasium.make`` get ``rl.env.index`` too.
+LIBRARY_VECTOR_ENVS = (
+    ("stable_baselines3.common.vec_env.dummy_vec_env", "DummyVecEnv"),
+    ("stable_baselines3.common.vec_env.subproc_vec_env", "SubprocVecEnv"),
+)
+_library_hooks_registered = False
+
+
+def index_library_vector_envs_on_import() -> None:
+    """Index the sub-envs of :data:`LIBRARY_VECTOR_ENVS` once each library is imported (now
+    if it is), while gymnasium is instrumented. The hooks are registered once per process."""
+    global _library_hooks_registered
+    if _library_hooks_registered:  # (they look at whether gymnasium is instrumented)
+        for module_name, class_name in LIBRARY_VECTOR_ENVS:
+            module = sys.modules.get(module_name)
+            if module is not None:
+                _index_library_class(module, class_name)
+        return
+    _library_hooks_registered = True
+    for module_name, class_name in LIBRARY_VECTOR_ENVS:
+        hook = functools.partial(_index_library_class, class_name=class_name)
+        wrapt.register_post_import_hook(hook, module_name)
+
+
+def _index_library_class(module: Any, class_name: str) -> None:
+    vector_class = getattr(module, class_name, None)
+    if isinstance(vector_class, type):
+        try:
+            index_sub_envs_if_instrumented(vector_class)
+        except Exception:
+            _internal_error(f"indexing the sub-envs of {module.__name__}.{class_name}")
 
 
 def traced_make_vec(

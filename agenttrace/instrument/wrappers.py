@@ -531,10 +531,29 @@ def instrument_gymnasium(**options: Any) -> None:
                 setattr(module, name, proxy)
                 _patches.append((module, name, original, proxy))
         for vector_class in (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv):
-            original = vars(vector_class)["__init__"]
-            proxy = wrapt.FunctionWrapper(original, vector.indexed_vector_init)
-            vector_class.__init__ = proxy
-            _patches.append((vector_class, "__init__", original, proxy))
+            _index_sub_envs(vector_class)
+    vector.index_library_vector_envs_on_import()  # (takes the lock itself)
+
+
+def _index_sub_envs(vector_class: type) -> None:
+    """Patch ``vector_class(env_fns, ...)`` so each env_fn's env knows its position (called
+    with ``_patch_lock`` held, while instrumented)."""
+    from agenttrace.instrument import vector
+
+    original = vars(vector_class)["__init__"]
+    if isinstance(original, wrapt.FunctionWrapper):
+        return
+    proxy = wrapt.FunctionWrapper(original, vector.indexed_vector_init)
+    vector_class.__init__ = proxy
+    _patches.append((vector_class, "__init__", original, proxy))
+
+
+def index_sub_envs_if_instrumented(vector_class: type) -> None:
+    """A library's vector env class imported after :func:`instrument_gymnasium`: patched
+    like gymnasium's own while gymnasium is instrumented, left alone otherwise."""
+    with _patch_lock:
+        if _patches:
+            _index_sub_envs(vector_class)
 
 
 def uninstrument_gymnasium() -> None:
