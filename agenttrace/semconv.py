@@ -24,8 +24,13 @@ ENV_STEP = "env.step"
 #: its fields win over every other span of that step.
 STEP_RECORD = "step.record"
 
+#: One call of a vector environment's ``step()``: the env steps of all its sub-environments
+#: in one span (``rl.vector.*`` lists, one entry per sub-environment stepped), each read back
+#: as the ``env.step`` of its own episode (trajectory.records.split_vector_step).
+ENV_VECTOR_STEP = "env.vector_step"
+
 #: The span names agenttrace itself creates for RL structure, in nesting order.
-RL_SPAN_NAMES = (EPISODE, ENV_RESET, TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD)
+RL_SPAN_NAMES = (EPISODE, ENV_RESET, TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD, ENV_VECTOR_STEP)
 #: Spans that carry ``rl.timestep.index`` and make a step, lowest precedence first: a field
 #: one of them records wins over the same field from the roles before it.
 STEP_ROLES = (TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD)
@@ -39,6 +44,17 @@ ENV_NAME = "rl.env.name"
 ENV_INDEX = "rl.env.index"
 #: The process that stepped that sub-environment (its pid: an async vector env's worker).
 ENV_WORKER = "rl.env.worker"
+# On an env.vector_step span: lists with one entry per sub-environment it stepped, in the
+# same order. Content entries are JSON text, as rl.observation/rl.action/rl.info are.
+VECTOR_EPISODE_IDS = "rl.vector.episode_ids"  # the episode each sub-environment was playing
+VECTOR_ENV_INDICES = "rl.vector.env_indices"
+VECTOR_STEP_INDICES = "rl.vector.step_indices"  # each step's rl.timestep.index
+VECTOR_ACTIONS = "rl.vector.actions"
+VECTOR_OBSERVATIONS = "rl.vector.observations"
+VECTOR_INFOS = "rl.vector.infos"
+VECTOR_REWARDS = "rl.vector.rewards"
+VECTOR_TERMINATED = "rl.vector.terminated"
+VECTOR_TRUNCATED = "rl.vector.truncated"
 AGENT_NAME = "rl.agent.name"
 POLICY_VERSION = "rl.policy.version"
 EPISODE_SEED = "rl.episode.seed"

@@ -25,10 +25,8 @@ agenttrace / raw SDK <= 1.3 and nothing lost. Run::
 
 from __future__ import annotations
 
-import gc
 import statistics
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -38,7 +36,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-from rounds import parse_arguments
+from rounds import measure, parse_arguments
 from traced_loop import count_spans, play_traced
 
 import agenttrace as at
@@ -127,13 +125,6 @@ def run_agenttrace(
     done_steps, episodes = play_traced(env, steps)
     runtime.force_flush()
     return done_steps, episodes, runtime
-
-
-def measure(fn, *args) -> tuple[float, tuple]:
-    gc.collect()
-    start = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - start, result
 
 
 def main() -> None:

@@ -7,7 +7,10 @@ each ratio within a round: this host's speed drifts by 10-20 % within a minute.
 from __future__ import annotations
 
 import argparse
+import gc
+import time
 from collections.abc import Callable
+from typing import Any
 
 
 def parse_arguments(
@@ -25,3 +28,11 @@ def parse_arguments(
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
     return args, -(-args.steps // args.rounds)
+
+
+def measure(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    """Wall time of ``fn(*args)`` after a garbage collection, and its result."""
+    gc.collect()
+    start = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - start, result

@@ -22,6 +22,9 @@ import pytest
 from conftest import assert_same_episodes, read_run, run_instrumented
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import agenttrace as at
 from agenttrace import _logging
@@ -411,3 +414,59 @@ def test_a_vector_env_built_by_hand_names_each_sub_env(pipeline, tmp_path, vecto
             assert [s.reward for s in trajectory.steps] == expected.rewards
             for step, observation in zip(trajectory.steps, expected.observations, strict=True):
                 np.testing.assert_array_equal(step.observation, observation)
+
+
+def test_one_span_per_vector_step_reaches_the_users_exporter(tmp_path) -> None:
+    """``step()`` of N sub-environments is one ``env.vector_step`` span (not N env.step
+    spans), linked to each episode it stepped, with one entry per sub-environment; the
+    user's own exporter gets it as any span, and the rebuild reads one step per entry."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    runtime = at.configure(
+        tracer_provider=provider, out=str(tmp_path), sinks=["jsonl"], spans=["file"]
+    )
+    envs = TracedVectorEnv(
+        gym.make_vec(
+            "CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="sync", max_episode_steps=LIMIT
+        )
+    )
+    observations, _ = envs.reset(seed=SEED)
+    stepped = 0  # sub-env steps that were steps of an episode (not a next-step reset)
+    calls_with_steps = 0  # (a call that only resets sub-envs steps no episode: no span)
+    pending = np.zeros(NUM_ENVS, dtype=bool)
+    for _ in range(VECTOR_STEPS):
+        stepped += int((~pending).sum())
+        calls_with_steps += int((~pending).any())
+        observations, _, terminations, truncations, _ = envs.step(
+            np.array([policy(o) for o in observations])
+        )
+        pending = terminations | truncations
+    envs.close()
+    run = read_run(runtime)
+    spans = exporter.get_finished_spans()
+    names = [span.name for span in spans]
+    assert names.count(sc.ENV_VECTOR_STEP) == calls_with_steps
+    assert names.count(sc.ENV_STEP) == 0
+    episodes = {span.context.span_id: span for span in spans if span.name == sc.EPISODE}
+    for span in (s for s in spans if s.name == sc.ENV_VECTOR_STEP):
+        ids = span.attributes[sc.VECTOR_EPISODE_IDS]
+        lists = [span.attributes[key] for key in (sc.VECTOR_ENV_INDICES, sc.VECTOR_STEP_INDICES)]
+        lists += [span.attributes[key] for key in (sc.VECTOR_ACTIONS, sc.VECTOR_OBSERVATIONS)]
+        lists += [span.attributes[key] for key in (sc.VECTOR_REWARDS, sc.VECTOR_TERMINATED)]
+        assert all(len(values) == len(ids) for values in lists)
+        linked = [episodes[link.context.span_id] for link in span.links]
+        assert [e.attributes[sc.EPISODE_ID] for e in linked] == list(ids)
+        assert [e.attributes[sc.ENV_INDEX] for e in linked] == list(
+            span.attributes[sc.VECTOR_ENV_INDICES]
+        )
+    assert sum(len(t.steps) for t in run.live) == stepped
+    assert_same_episodes(run.live, run.offline)
+    check_against_alone(run.live)
+    # Episode spans carry the return and length of the steps the vector spans held.
+    for trajectory in run.live:
+        (span,) = [
+            s for s in episodes.values() if s.attributes[sc.EPISODE_ID] == trajectory.episode_id
+        ]
+        assert span.attributes[sc.EPISODE_LENGTH] == len(trajectory.steps)
+        assert span.attributes[sc.EPISODE_RETURN] == sum(s.reward for s in trajectory.steps)

@@ -258,3 +258,48 @@ def test_ctrl_c_stops_the_program_but_the_helper_finishes_the_files(tmp_path) ->
     assert "KeyboardInterrupt" in stderr
     written = load_trajectories(tmp_path / "sigint")
     assert sorted(t.task_id for t in written) == ["0", "1", "2", "3", "4"]
+
+
+def play_vector_env(vector_steps: int, *, kill_after: int | None = None) -> None:
+    """Three CartPole sub-envs stepped by a TracedVectorEnv (seeded, same actions each run);
+    the helper is killed after ``kill_after`` steps, with every sub-env mid-episode."""
+    import gymnasium as gym
+    import numpy as np
+
+    from agenttrace.instrument.vector import TracedVectorEnv
+
+    envs = TracedVectorEnv(
+        gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", max_episode_steps=25)
+    )
+    observations, _ = envs.reset(seed=3)
+    for t in range(vector_steps):
+        if t == kill_after:
+            assert at.force_flush()  # the vector spans so far are in the helper's span file
+            kill_helper()
+        observations, *_ = envs.step((observations[:, 2] > 0).astype(np.int64))
+    envs.close()
+
+
+def test_a_helper_killed_mid_vector_episode_loses_none_of_its_steps(tmp_path, caplog) -> None:
+    """The episodes open when the helper died are taken over from the span file, where each
+    step is inside an env.vector_step span: split again, the same trajectories."""
+    results = {}
+    for name, kill_after in (("calm", None), ("killed", 40)):
+        runtime = at.configure(out=str(tmp_path), run_name=name, sinks=["jsonl"], spans=["file"])
+        with caplog.at_level(logging.WARNING, logger="agenttrace"):
+            play_vector_env(70, kill_after=kill_after)
+            runtime.shutdown()
+        results[name] = sorted(
+            load_trajectories(runtime.trajectory_paths),
+            key=lambda t: (t.attributes["rl.env.index"], t.start_time),
+        )
+        assert runtime.stats()["spans_lost_writer_crash"] == 0
+    assert "the writer process exited unexpectedly" in caplog.text
+    calm, killed = results["calm"], results["killed"]
+    assert len(calm) == len(killed) >= 6
+    for a, b in zip(calm, killed, strict=True):
+        assert (a.status, a.length, a.return_) == (b.status, b.length, b.return_)
+        assert [s.action for s in a.steps] == [s.action for s in b.steps]
+        assert all(
+            (x.observation == y.observation).all() for x, y in zip(a.steps, b.steps, strict=True)
+        )

@@ -166,6 +166,20 @@ TURN_CALL_PRIORITY = 1
 _REWARDS_KEPT = 512
 
 
+def content_text(runtime: pipeline.AgentTrace | None, key: str, value: Any) -> str | None:
+    """JSON text for a content attribute, after the content policy and redaction (None:
+    content is not captured)."""
+    if runtime is None or not runtime.capture_content:
+        return None
+    if runtime.redact is not None:
+        try:
+            value = runtime.redact(key, value)
+        except Exception:
+            _internal_error("the redact hook (content withheld)")
+            return codec.dumps(REDACTED)
+    return codec.dumps(value, redact_secrets=True)
+
+
 class _Frame:
     """What child spans need from the context: the episode and the current step index."""
 
@@ -383,17 +397,7 @@ class _Scope:
             self._span.set_attributes(attributes)  # type: ignore[union-attr]
 
     def _content(self, key: str, value: Any) -> str | None:
-        """JSON text for a content attribute, after the content policy and redaction."""
-        runtime = self._runtime
-        if runtime is None or not runtime.capture_content:
-            return None
-        if runtime.redact is not None:
-            try:
-                value = runtime.redact(key, value)
-            except Exception:
-                _internal_error("the redact hook (content withheld)")
-                return codec.dumps(REDACTED)
-        return codec.dumps(value, redact_secrets=True)
+        return content_text(self._runtime, key, value)
 
     # --- decorator ------------------------------------------------------------------------
 

@@ -9,10 +9,12 @@ episode, and the batched results mix N of them. :class:`TracedVectorEnv` splits 
     ...  # envs.step(actions) as usual
 
 Each sub-environment's reset-to-terminal run is an ``episode`` span (attribute
-``rl.env.index``: which sub-environment) with its ``env.reset`` and one ``env.step`` span per
-step, exactly what :class:`~agenttrace.instrument.wrappers.TracedEnv` records for a single
-environment, so the trajectories are the same as if each sub-environment had been played
-alone. All three autoreset modes are followed (gymnasium's ``AutoresetMode``):
+``rl.env.index``: which sub-environment) with its ``env.reset``. Each ``step()`` call is one
+``env.vector_step`` span holding the step of every sub-environment it advanced (``rl.vector.*``
+lists, linked to their episodes), read back as one ``env.step`` per sub-environment, so the
+trajectories are the same as if each sub-environment had been played alone with
+:class:`~agenttrace.instrument.wrappers.TracedEnv`, for one span per call instead of N.
+All three autoreset modes are followed (gymnasium's ``AutoresetMode``):
 
 * next-step: a sub-environment that ended is reset by the *next* ``step()`` call, whose
   result for it is the new episode's reset (its action is ignored);
@@ -20,8 +22,8 @@ alone. All three autoreset modes are followed (gymnasium's ``AutoresetMode``):
   observation and info are in ``info["final_obs"]`` / ``info["final_info"]``;
 * disabled: ``reset(options={"reset_mask": mask})`` resets the masked sub-environments.
 
-Spans of a sub-environment are started before the batched call and ended after it, so they
-cover it; none is made current (the N runs share one call). The vector environment itself
+The vector step span is started before the batched call and ended after it (before the
+episodes it ended), so it covers the call; it is not made current. The vector environment itself
 runs wherever it runs (sync, async worker processes, a native vector implementation): only
 its batched results are read, in this process. :func:`~agenttrace.instrument.wrappers.
 instrument_gymnasium` wraps what ``gymnasium.make_vec`` returns.
@@ -38,11 +40,13 @@ from typing import Any
 
 import wrapt
 from opentelemetry import context as otel_context
+from opentelemetry.trace import Link, Status, StatusCode
 
 from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._version import install_hint
+from agenttrace.instrument.scope import content_text
 from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope
 from agenttrace.instrument.wrappers import (
     _checked_collector,
@@ -62,6 +66,8 @@ except ImportError:  # TracedVectorEnv then explains what to install
     VectorWrapper = object  # type: ignore[assignment, misc]
 
 _FINAL_KEYS = ("final_obs", "final_info")
+#: An entry of a vector step ranks as an env.step span among its step's spans.
+_ENV_STEP_PRIORITY = EnvStepScope._priority
 
 
 class _SubEnv:
@@ -131,14 +137,14 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
         return result
 
     def step(self, actions: Any) -> Any:
-        steps = self._start_steps(actions)
+        step = self._start_step(actions)
         try:
             result = self.env.step(actions)
         except BaseException as exc:
-            self._fail(steps, exc)
+            self._fail(step, exc)
             raise
         try:
-            self._finish_steps(steps, result)
+            self._finish_step(step, result)
         except Exception:
             _internal_error("recording a vector env step")
         return result
@@ -173,26 +179,28 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
             reset.record(observation=observation, info=info)
             reset.end()
 
-    def _start_steps(self, actions: Any) -> list[EnvStepScope | None]:
-        """An env.step span for each sub-environment about to play a step of an episode."""
-        steps: list[EnvStepScope | None] = [None] * len(self._at_subs)
+    def _start_step(self, actions: Any) -> _VectorStep | None:
+        """The env.vector_step span of the sub-environments about to play a step of an
+        episode (None when none is, or tracing is off)."""
         try:
-            per_env = iterate(self.action_space, actions)
-            for sub, action in zip(self._at_subs, per_env, strict=True):
-                episode = sub.episode
-                if episode is None or sub.needs_reset:
-                    continue  # this call resets it (next-step), or no episode is open
-                step = _started_in(episode, EnvStepScope(extractor="gymnasium"))
-                if step is not None:
-                    step.record(action=action)
-                    steps[sub.index] = step
+            playing = [
+                sub
+                for sub in self._at_subs
+                if sub.episode is not None
+                and not sub.needs_reset  # (this call resets it: next-step autoreset)
+                and sub.episode.span.is_recording()
+            ]
+            if not playing:
+                return None
+            return _VectorStep(playing, list(iterate(self.action_space, actions)))
         except Exception:
             _internal_error("starting a vector env step")
-        return steps
+            return None
 
-    def _finish_steps(self, steps: list[EnvStepScope | None], result: Any) -> None:
+    def _finish_step(self, step: _VectorStep | None, result: Any) -> None:
         observations, rewards, terminations, truncations, infos = result
         same_step = self._at_mode == AutoresetMode.SAME_STEP
+        ended: list[tuple[_SubEnv, bool, Any, Any]] = []
         for sub, observation in zip(
             self._at_subs, iterate(self.observation_space, observations), strict=True
         ):
@@ -201,34 +209,32 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
             if sub.needs_reset:  # next-step autoreset: this result is the new episode's reset
                 self._open(sub, observation, info, None)
                 continue
-            step = steps[i]
             terminated, truncated = bool(terminations[i]), bool(truncations[i])
-            ended = terminated or truncated
-            if ended and same_step:  # the result holds the next episode's reset already
+            reset_observation = reset_info = None
+            if (terminated or truncated) and same_step:  # the result holds the next reset
                 final = _sub_info(infos, i).get("final_info", {})
                 reset_observation, reset_info = observation, info
                 observation, info = infos["final_obs"][i], final
             if step is not None:
-                step.record_result((observation, float(rewards[i]), terminated, truncated, info))
-                step.end()
-            if not ended:
-                continue
+                step.outcome(sub, observation, float(rewards[i]), terminated, truncated, info)
+            if terminated or truncated:
+                ended.append((sub, terminated, reset_observation, reset_info))
+        if step is not None:
+            step.end()  # before the episodes it stepped end: its steps belong to them
+        for sub, terminated, reset_observation, reset_info in ended:
             self._end(sub, sc.STATUS_COMPLETED if terminated else sc.STATUS_TRUNCATED)
             if same_step:
                 self._open(sub, reset_observation, reset_info, None)
             elif self._at_mode == AutoresetMode.NEXT_STEP:
                 sub.needs_reset = True
 
-    def _fail(self, steps: list[EnvStepScope | None], exc: BaseException) -> None:
+    def _fail(self, step: _VectorStep | None, exc: BaseException) -> None:
         """The batched step raised: every sub-environment's episode ends with it."""
         cancelled = not isinstance(exc, Exception)
-        for sub, step in zip(self._at_subs, steps, strict=True):
-            try:
-                if step is not None:
-                    step.end(exc)
-                self._end(sub, sc.STATUS_CANCELLED if cancelled else sc.STATUS_ERRORED, exc)
-            except Exception:
-                _internal_error("ending a failed vector env step")
+        if step is not None:
+            step.end(exc)
+        for sub in self._at_subs:
+            self._end(sub, sc.STATUS_CANCELLED if cancelled else sc.STATUS_ERRORED, exc)
 
     def _end(self, sub: _SubEnv, status: str, exc: BaseException | None = None) -> None:
         episode, sub.episode = sub.episode, None
@@ -237,6 +243,92 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
                 episode.end_as(status, exc)
             except Exception:
                 _internal_error("ending a vector env episode")
+
+
+class _VectorStep:
+    """One ``env.vector_step`` span: the env step of every sub-environment playing an
+    episode, as ``rl.vector.*`` lists in one span instead of one span each.
+
+    Each entry is bookkept on its episode as an env.step span would be (index, reward,
+    flags, so the episode span's return and length hold); the span links to each episode's
+    span, and is read back as one env.step per entry (``split_vector_step``).
+    """
+
+    __slots__ = ("_at", "_infos", "_observations", "_rewards", "_runtime", "_span", "_states")
+
+    def __init__(self, playing: list[_SubEnv], actions: list[Any]) -> None:
+        episodes = [sub.episode for sub in playing]
+        runtime = self._runtime = episodes[0]._runtime  # type: ignore[union-attr]
+        states = [episode._frame.episode for episode in episodes]  # type: ignore[union-attr]
+        indices = []
+        for state in states:
+            index = state.next_index
+            state.close_turn(index)
+            indices.append(index)
+        self._states = dict(zip((sub.index for sub in playing), states, strict=True))
+        self._at = dict(zip((sub.index for sub in playing), indices, strict=True))
+        attributes: dict[str, Any] = {
+            sc.VECTOR_EPISODE_IDS: [state.episode_id for state in states],
+            sc.VECTOR_ENV_INDICES: [sub.index for sub in playing],
+            sc.VECTOR_STEP_INDICES: indices,
+        }
+        texts = [content_text(runtime, sc.ACTION, actions[sub.index]) for sub in playing]
+        if None not in texts:
+            attributes[sc.VECTOR_ACTIONS] = texts
+        links = [Link(episode.span.get_span_context()) for episode in episodes]  # type: ignore[union-attr]
+        self._span = runtime.tracer.start_span(
+            sc.ENV_VECTOR_STEP, attributes=attributes, links=links
+        )
+        self._observations: list[str | None] = []
+        self._infos: list[str | None] = []
+        self._rewards: dict[str, list[Any]] = {
+            sc.VECTOR_REWARDS: [],
+            sc.VECTOR_TERMINATED: [],
+            sc.VECTOR_TRUNCATED: [],
+        }
+
+    def outcome(
+        self,
+        sub: _SubEnv,
+        observation: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: Any,
+    ) -> None:
+        """What sub-environment ``sub`` returned (called in the order it was started)."""
+        index = self._at.get(sub.index)
+        if index is None:
+            return
+        state = self._states[sub.index]
+        state.record_reward(index, _ENV_STEP_PRIORITY, reward)
+        state.record_flags(index, _ENV_STEP_PRIORITY, terminated, truncated)
+        self._observations.append(content_text(self._runtime, sc.OBSERVATION, observation))
+        self._infos.append(content_text(self._runtime, sc.INFO, info))
+        outcome = self._rewards
+        outcome[sc.VECTOR_REWARDS].append(reward)
+        outcome[sc.VECTOR_TERMINATED].append(terminated)
+        outcome[sc.VECTOR_TRUNCATED].append(truncated)
+
+    def end(self, exc: BaseException | None = None) -> None:
+        span = self._span
+        try:
+            if len(self._observations) == len(self._at):  # every entry has its outcome
+                outcome: dict[str, Any] = dict(self._rewards)
+                for key, texts in (
+                    (sc.VECTOR_OBSERVATIONS, self._observations),
+                    (sc.VECTOR_INFOS, self._infos),
+                ):
+                    if None not in texts:
+                        outcome[key] = texts
+                span.set_attributes(outcome)
+            if isinstance(exc, Exception):
+                span.record_exception(exc, escaped=True)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        except Exception:
+            _internal_error("ending a vector env step")
+        finally:
+            span.end()
 
 
 def _started_in(episode: EpisodeScope, scope: Any) -> Any:

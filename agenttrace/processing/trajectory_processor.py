@@ -52,7 +52,12 @@ from agenttrace.sinks.base import Sink
 from agenttrace.sinks.callback import as_sink
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.model import Trajectory
-from agenttrace.trajectory.records import SpanRecord, record_from_span
+from agenttrace.trajectory.records import (
+    SpanRecord,
+    is_vector_step,
+    record_from_span,
+    split_vector_step,
+)
 
 logger = logging.getLogger("agenttrace")
 
@@ -164,6 +169,8 @@ class TrajectoryProcessor(SpanProcessor):
         try:
             episode_id = _attributes_of(span).get(sc.EPISODE_ID)
             if episode_id is None:
+                if span.name == sc.ENV_VECTOR_STEP:
+                    return  # steps of several episodes (each entry names its own)
                 episode_id = _inherited_episode_id(parent_context)
                 if episode_id is None:
                     return
@@ -181,8 +188,12 @@ class TrajectoryProcessor(SpanProcessor):
             return
         try:
             episode_id = _attributes_of(span).get(sc.EPISODE_ID)
-            if episode_id is None and not self._keeps_all_spans:
-                return
+            if episode_id is None:
+                if span.name == sc.ENV_VECTOR_STEP:
+                    self._take_vector_step(record_from_span(span))
+                    return
+                if not self._keeps_all_spans:
+                    return
             record = record_from_span(span)
             if record.scope_name != sc.INSTRUMENTATION_SCOPE:
                 record = self._foreign.apply(record)
@@ -191,23 +202,37 @@ class TrajectoryProcessor(SpanProcessor):
                 return
             if type(episode_id) is not str:
                 episode_id = str(episode_id)
-            is_root = record.name == sc.EPISODE
-            episode = self._open.get(episode_id)
-            if episode is None:
-                episode = self._track(episode_id, record.span_id if is_root else 0)
-                if episode is None:  # late, or over the open-episode limit
-                    if self._keeps_all_spans:
-                        self._put_spans([record])
-                    return
-            pending = episode.pending
-            pending.append(record)
-            episode.count += 1
-            if is_root and record.span_id in (episode.root_span_id, 0):
-                self._finish(episode_id)
-            elif len(pending) >= _HAND_OVER_AFTER_SPANS:
-                self._hand_over(episode_id, episode)
+            self._take(episode_id, record)
         except Exception:
             self._internal_error("on_end")
+
+    def _take(self, episode_id: str, record: SpanRecord) -> None:
+        """Add a record to its open episode (opened by an episode span), finishing it when
+        the record is that span."""
+        is_root = record.name == sc.EPISODE
+        episode = self._open.get(episode_id)
+        if episode is None:
+            episode = self._track(episode_id, record.span_id if is_root else 0)
+            if episode is None:  # late, or over the open-episode limit
+                if self._keeps_all_spans and record.sampled:
+                    self._put_spans([record])
+                return
+        pending = episode.pending
+        pending.append(record)
+        episode.count += 1
+        if is_root and record.span_id in (episode.root_span_id, 0):
+            self._finish(episode_id)
+        elif len(pending) >= _HAND_OVER_AFTER_SPANS:
+            self._hand_over(episode_id, episode)
+
+    def _take_vector_step(self, record: SpanRecord) -> None:
+        """A vector env's step: the span goes to the span file as it is (outside any
+        episode), and each sub-environment's env.step, split from it, to its own episode."""
+        if self._keeps_all_spans:
+            self._put_spans([record])
+        if is_vector_step(record):
+            for part in split_vector_step(record):
+                self._take(part.attributes[sc.EPISODE_ID], part)
 
     def _hand_over(self, episode_id: str, episode: _Episode) -> None:
         """Queue an open episode's pending records for the writer (a long episode's spans

@@ -67,7 +67,12 @@ from agenttrace.processing.writer import (
 from agenttrace.sinks.jsonl import JsonlSink
 from agenttrace.storage.otlp_json import iter_records
 from agenttrace.trajectory.model import Trajectory
-from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
+from agenttrace.trajectory.records import (
+    SpanEvent,
+    SpanLink,
+    SpanRecord,
+    split_vector_steps,
+)
 
 logger = logging.getLogger("agenttrace")
 
@@ -566,7 +571,7 @@ class RemoteWriter:
         }
         found: dict[str, list[SpanRecord]] = {episode_id: [] for episode_id in held_open}
         for line in lines_since(span_writer, (0, 0)):
-            for record in iter_records([line], on_error=_ignore):
+            for record in split_vector_steps(iter_records([line], on_error=_ignore)):
                 episode_id = record.attributes.get(sc.EPISODE_ID)
                 if episode_id in found and (record.trace_id, record.span_id) not in skip:
                     found[str(episode_id)].append(record)

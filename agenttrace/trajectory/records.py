@@ -8,10 +8,12 @@ lists). Records hold no reference to the SDK span, so finished spans can be free
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from agenttrace import semconv as sc
 
 
 class SpanEvent(NamedTuple):
@@ -188,3 +190,83 @@ def _record_from_public_api(span: Any) -> SpanRecord:
         context.trace_flags.sampled,
         _EMPTY,
     )
+
+
+# --- vector steps ---------------------------------------------------------------------------
+
+#: env.vector_step list attribute -> the env.step attribute each entry becomes.
+_VECTOR_FIELDS = (
+    (sc.VECTOR_ACTIONS, sc.ACTION),
+    (sc.VECTOR_OBSERVATIONS, sc.OBSERVATION),
+    (sc.VECTOR_INFOS, sc.INFO),
+    (sc.VECTOR_REWARDS, sc.REWARD),
+    (sc.VECTOR_TERMINATED, sc.TERMINATED),
+    (sc.VECTOR_TRUNCATED, sc.TRUNCATED),
+)
+_SPAN_ID_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15  # spreads the derived span ids of one vector step apart
+
+
+def is_vector_step(record: SpanRecord) -> bool:
+    """Whether ``record`` is an ``env.vector_step`` span to read as one env step per entry."""
+    return record.name == sc.ENV_VECTOR_STEP and sc.VECTOR_EPISODE_IDS in record.attributes
+
+
+def split_vector_step(record: SpanRecord) -> list[SpanRecord]:
+    """The ``env.step`` record of each sub-environment an ``env.vector_step`` span stepped.
+
+    Each is what a span of its own would have been: a child of its episode's span (the
+    vector span's link to it; its own parent when links were not kept), with the episode id,
+    the step index and that sub-environment's entry of every ``rl.vector.*`` list. They are
+    ``sampled=False``: records to rebuild from, never written or exported (the vector span
+    itself is). Entries that are missing or malformed are left out, never the other steps.
+    """
+    attributes = record.attributes
+    episode_ids = attributes.get(sc.VECTOR_EPISODE_IDS)
+    indices = attributes.get(sc.VECTOR_STEP_INDICES)
+    if not isinstance(episode_ids, (list, tuple)) or not isinstance(indices, (list, tuple)):
+        return []
+    fields = [
+        (key, values)
+        for list_key, key in _VECTOR_FIELDS
+        if isinstance(values := attributes.get(list_key), (list, tuple))
+    ]
+    links = record.links if len(record.links) == len(episode_ids) else ()
+    parts: list[SpanRecord] = []
+    for i, (episode_id, index) in enumerate(zip(episode_ids, indices, strict=False)):
+        if not isinstance(episode_id, str) or type(index) is not int or index < 0:
+            continue
+        step = {sc.EPISODE_ID: episode_id, sc.TIMESTEP_INDEX: index}
+        for key, values in fields:
+            if i < len(values) and values[i] is not None and values[i] != "":
+                step[key] = values[i]
+        if sc.TERMINATED in step or sc.TRUNCATED in step:
+            step[sc.DONE] = bool(step.get(sc.TERMINATED)) or bool(step.get(sc.TRUNCATED))
+        trace_id, parent = (
+            (links[i].trace_id, links[i].span_id)
+            if links
+            else (
+                record.trace_id,
+                record.parent_span_id,
+            )
+        )
+        parts.append(
+            record._replace(
+                trace_id=trace_id,
+                span_id=(record.span_id ^ (_GOLDEN * (i + 1))) & _SPAN_ID_MASK or 1,
+                parent_span_id=parent,
+                name=sc.ENV_STEP,
+                attributes=step,
+                links=(),
+                sampled=False,
+            )
+        )
+    return parts
+
+
+def split_vector_steps(records: Iterable[SpanRecord]) -> Iterator[SpanRecord]:
+    """``records`` with every ``env.vector_step`` span followed by its env steps."""
+    for record in records:
+        yield record
+        if record.name == sc.ENV_VECTOR_STEP and is_vector_step(record):
+            yield from split_vector_step(record)

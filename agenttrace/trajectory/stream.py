@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from agenttrace import semconv as sc
 from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.model import Trajectory
-from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.records import SpanRecord, is_vector_step, split_vector_step
 
 _EPISODE_ID = sc.EPISODE_ID
+_VECTOR_STEP = sc.ENV_VECTOR_STEP
 _TIMESTEP_INDEX = sc.TIMESTEP_INDEX
 _EPISODE = sc.EPISODE
 #: Span keys and ids of written episodes remembered to tell late records from unrelated ones.
@@ -118,7 +119,15 @@ class StreamingAssembler:
         sequence = counts.records
         episode_id = record.attributes.get(_EPISODE_ID)  # assembler.episode_id_of, inline
         if episode_id is None:
-            self._add_orphan(record, sequence)
+            if record.name == _VECTOR_STEP and is_vector_step(record):
+                for part in split_vector_step(record):  # one env.step per sub-environment
+                    part_of = part.attributes[_EPISODE_ID]
+                    if part_of in self._written_episodes:
+                        counts.late += 1
+                    else:
+                        self._attach(part_of, part, sequence)
+            else:
+                self._add_orphan(record, sequence)
         else:
             if type(episode_id) is not str:
                 episode_id = str(episode_id)
