@@ -55,6 +55,18 @@ VECTOR_INFOS = "rl.vector.infos"
 VECTOR_REWARDS = "rl.vector.rewards"
 VECTOR_TERMINATED = "rl.vector.terminated"
 VECTOR_TRUNCATED = "rl.vector.truncated"
+#: Every rl.vector.* list (stores without array attributes keep them as JSON text).
+VECTOR_LISTS = (
+    VECTOR_EPISODE_IDS,
+    VECTOR_ENV_INDICES,
+    VECTOR_STEP_INDICES,
+    VECTOR_ACTIONS,
+    VECTOR_OBSERVATIONS,
+    VECTOR_INFOS,
+    VECTOR_REWARDS,
+    VECTOR_TERMINATED,
+    VECTOR_TRUNCATED,
+)
 AGENT_NAME = "rl.agent.name"
 POLICY_VERSION = "rl.policy.version"
 EPISODE_SEED = "rl.episode.seed"

@@ -122,9 +122,16 @@ class PhoenixServer:
 
 
 def send_run(
-    server: PhoenixServer, project: str, out: Path, *, episodes: int = 3, seed: int = 1
+    server: PhoenixServer,
+    project: str,
+    out: Path,
+    *,
+    episodes: int = 3,
+    seed: int = 1,
+    play: str = "demo",
 ) -> Path:
-    """Run :func:`_play` in a fresh process exporting to ``server``; the run's folder."""
+    """Run :func:`_play` (``play="vector"``: :func:`_play_vector`) in a fresh process
+    exporting to ``server``; the run's folder."""
     root = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTTRACE_", "OTEL_"))}
     env.update(
@@ -133,7 +140,7 @@ def send_run(
         OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
         PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")])),
     )
-    command = [sys.executable, __file__, "demo", str(out), str(episodes), str(seed)]
+    command = [sys.executable, __file__, play, str(out), str(episodes), str(seed)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"the run failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -171,7 +178,34 @@ def _play(out: str, episodes: int, seed: int) -> None:
     print(runtime.run_dir)
 
 
+def _play_vector(out: str, vector_steps: int, seed: int) -> None:
+    """Three CartPole sub-environments of a TracedVectorEnv: env.vector_step spans."""
+    import gymnasium as gym
+    import numpy as np
+
+    import agenttrace as at
+    from agenttrace.instrument.vector import TracedVectorEnv
+
+    runtime = at.configure(
+        out=out, run_name="vector", sinks=["jsonl"], spans=["file", "otlp"], service_name="phx"
+    )
+    envs = TracedVectorEnv(
+        gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", max_episode_steps=12)
+    )
+    observations, _ = envs.reset(seed=seed)
+    for _ in range(vector_steps):
+        observations, *_ = envs.step((observations[:, 2] > 0).astype(np.int64))
+    envs.close()
+    ok = runtime.force_flush()
+    runtime.shutdown()
+    at.shutdown()
+    if not ok or runtime.stats()["spans_dropped"]:
+        raise SystemExit(f"spans were lost: {runtime.stats()}")
+    print(runtime.run_dir)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 5 or sys.argv[1] != "demo":
-        raise SystemExit("usage: phoenix_server.py demo OUT EPISODES SEED")
-    _play(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) != 5 or sys.argv[1] not in ("demo", "vector"):
+        raise SystemExit("usage: phoenix_server.py demo|vector OUT EPISODES SEED")
+    play = _play if sys.argv[1] == "demo" else _play_vector
+    play(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

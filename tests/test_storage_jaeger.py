@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from backend_servers import BackendServer, jaeger_v1_route, jaeger_v3_route
-from conftest import SERVICE, TOKEN
+from conftest import SERVICE, TOKEN, read_run
 
 import agenttrace as at
+from agenttrace.storage import read_otlp_json
 from agenttrace.storage.http import BackendError
 from agenttrace.storage.jaeger import JaegerReader, decode_v1
 from agenttrace.storage.otlp_json import SpanFormatError, decode_document
@@ -158,3 +159,42 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_a_vector_env_run_read_back_from_jaegers_v1_api(tmp_path, serve) -> None:
+    """Jaeger's v1 model has no array attributes (its converter writes JSON text) and keeps
+    links as FOLLOWS_FROM references: the env.vector_step spans still split into each
+    sub-environment's steps."""
+    import gymnasium as gym
+    import numpy as np
+
+    from agenttrace.instrument.vector import TracedVectorEnv
+
+    runtime = at.configure(
+        out=str(tmp_path), run_name="vector", sinks=["jsonl"], spans=["file"], service_name=SERVICE
+    )
+    envs = TracedVectorEnv(
+        gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", max_episode_steps=20)
+    )
+    observations, _ = envs.reset(seed=1)
+    for _ in range(45):
+        observations, *_ = envs.step((observations[:, 2] > 0).astype(np.int64))
+    envs.close()
+    result = read_run(runtime)
+    at.shutdown()
+    records = list(read_otlp_json(runtime.span_paths))
+    assert any(r.name == "env.vector_step" for r in records)
+    server = serve(jaeger_v1_route(records))
+    reader = JaegerReader(server.url, api="v1", service=SERVICE, limit=1000)
+    got = {t.episode_id: t for t in at.assemble(reader.records())}
+    assert sorted(got) == sorted(t.episode_id for t in result.live)
+    for original in result.live:
+        rebuilt = got[original.episode_id]
+        assert (rebuilt.status, rebuilt.length, rebuilt.return_) == (
+            original.status,
+            original.length,
+            original.return_,
+        )
+        assert [s.action for s in rebuilt.steps] == [s.action for s in original.steps]
+        for a, b in zip(rebuilt.steps, original.steps, strict=True):
+            np.testing.assert_array_equal(a.observation, b.observation)

@@ -148,6 +148,20 @@ def test_agenttrace_export_from_phoenix_equals_the_live_run(phoenix, demo_run, t
         assert_equal_as_phoenix_keeps_it(by_id[original.episode_id], original)
 
 
+def test_a_vector_env_run_rebuilt_from_phoenix(phoenix, tmp_path) -> None:
+    """Phoenix keeps no links: each sub-environment's step, split from an env.vector_step
+    span, is placed by the episode id in its entry alone."""
+    run_dir = send_run(phoenix, "vector-run", tmp_path, episodes=30, seed=2, play="vector")
+    live = load_trajectories([run_dir / "trajectories.jsonl"])
+    sent = list(read_otlp_json(run_dir / "spans.jsonl"))
+    assert sum(r.name == "env.vector_step" for r in sent) >= 25 and len(live) >= 6
+    wait_for_spans(phoenix.url, "vector-run", len(sent))
+    got = {t.episode_id: t for t in at.assemble(PhoenixReader(phoenix.url, "vector-run").records())}
+    assert sorted(got) == sorted(t.episode_id for t in live)
+    for original in live:
+        assert_equal_as_phoenix_keeps_it(got[original.episode_id], original)
+
+
 def test_records_are_the_sent_spans_less_what_phoenix_does_not_keep(phoenix, demo_run) -> None:
     _, sent = demo_run
     reader = PhoenixReader(phoenix.url, DEMO_PROJECT)

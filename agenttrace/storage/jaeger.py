@@ -40,7 +40,7 @@ _SCOPE_VERSION_TAGS = ("otel.scope.version", "otel.library.version")
 _DROPPED_TAGS = frozenset({"internal.span.format", "w3c.tracestate"})
 _EVENT_NAME_FIELD = "event"
 #: Attributes the OTLP -> Jaeger conversion turned from arrays into JSON text.
-_ARRAY_ATTRIBUTES = frozenset({sc.GEN_AI_RESPONSE_FINISH_REASONS})
+_ARRAY_ATTRIBUTES = frozenset({sc.GEN_AI_RESPONSE_FINISH_REASONS, *sc.VECTOR_LISTS})
 _V1_LOSSY = MappingProxyType({LOSSY_TIMES: "Jaeger's v1 API keeps times to the microsecond"})
 
 
