@@ -80,7 +80,7 @@ class Setting:
     choices: tuple[str, ...] = ()
 
 
-SINK_CHOICES = ("jsonl", "parquet", "jsondir", "otlp")
+SINK_CHOICES = ("jsonl", "parquet", "steps", "jsondir", "otlp")
 SPAN_EXPORT_CHOICES = ("file", "otlp", "none")
 CONTENT_CHOICES = ("full", "none")
 EXPORT_CONTENT_CHOICES = ("full", "truncate", "ref", "none")
@@ -118,7 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
         "AGENTTRACE_SINKS",
         _parse_list,
         ("jsonl",),
-        "Where trajectories go, comma-separated.",
+        "Where trajectories go, comma-separated (steps: typed step and episode tables, "
+        "docs/step-tables.md).",
         SINK_CHOICES,
     ),
     Setting(

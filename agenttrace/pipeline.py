@@ -203,7 +203,7 @@ class AgentTrace:
                     "folder": self._ensure_run_dir(),
                     "max_bytes": self.settings.jsonl_max_bytes,
                 }
-            elif kind == "parquet":
+            elif kind in ("parquet", "steps"):
                 options = {"folder": self._ensure_run_dir()}
             elif kind == "jsondir":
                 options = {"folder": self._ensure_run_dir() / "episodes"}
@@ -338,6 +338,8 @@ class AgentTrace:
                 return str(self.run_dir)
             return os.path.commonpath([str(p) for p in paths])
         places = []
+        if "steps" in self.settings.sinks and self.run_dir is not None:
+            places.append(f"{self.run_dir} (step tables)")
         if "otlp" in self.settings.sinks:
             places.append("the OTLP logs endpoint")
         if self._user_sink_count:

@@ -70,6 +70,10 @@ VECTOR_LISTS = (
 AGENT_NAME = "rl.agent.name"
 POLICY_VERSION = "rl.policy.version"
 EPISODE_SEED = "rl.episode.seed"
+#: Several rollouts of one task (GRPO, best-of-n): the group's id, and how many episodes it
+#: has when that is known.
+GROUP_ID = "rl.group.id"
+GROUP_SIZE = "rl.group.size"
 
 # Episode outcome, set when the episode span ends.
 EPISODE_STATUS = "rl.episode.status"

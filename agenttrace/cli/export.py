@@ -36,6 +36,7 @@ from rich.text import Text
 from agenttrace import semconv as sc
 from agenttrace.processing.writer import DEFAULT_MAX_EPISODE_BYTES
 from agenttrace.sinks.single_file import SingleFileWriter, output_kind
+from agenttrace.sinks.step_tables import StepTablesFolder, check_target
 from agenttrace.storage.http import BackendError, parse_headers
 from agenttrace.storage.otlp_json import SpanFormatError
 from agenttrace.storage.sources import SourceError, SourceOptions, open_source
@@ -47,7 +48,7 @@ from agenttrace.trajectory.stream import StreamingAssembler
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SHOWN_ERRORS = 5
-FORMATS = ("trajectory", "chat")
+FORMATS = ("trajectory", "chat", "steps")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -119,14 +120,18 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "tempo+http://HOST:3200; phoenix+http://HOST:6006/PROJECT (see SOURCE below)",
     )
     parser.add_argument(
-        "--out", required=True, metavar="FILE", help="output file: *.jsonl, *.jsonl.gz, *.parquet"
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="output file: *.jsonl, *.jsonl.gz, *.parquet; a folder for --format steps",
     )
     parser.add_argument(
         "--format",
         choices=FORMATS,
         default="trajectory",
         help="trajectory: one agenttrace trajectory per line/row (default); chat: one row per "
-        "model call, OpenAI-style messages with reward columns, for fine-tuning",
+        "model call, OpenAI-style messages with reward columns, for fine-tuning; steps: typed "
+        "step and episode tables (Parquet) in the folder --out names (docs/step-tables.md)",
     )
     parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
     narrow = parser.add_argument_group("which episodes")
@@ -352,6 +357,7 @@ class ExportReport:
     lossy: int = 0
     filtered: Counter = field(default_factory=Counter)  # reason -> episodes left out
     without_llm_calls: int = 0  # chat format: episodes that gave no rows
+    unwritable: int = 0  # episodes the output format could not hold (the others go on)
     counts: Any = None  # AssemblyCounts
     seconds: float = 0.0
 
@@ -364,7 +370,11 @@ class ExportReport:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``agenttrace export``; returns the exit code."""
     try:
-        kind = output_kind(args.out)
+        if args.format == "steps":
+            kind = "steps"
+            check_target(args.out)
+        else:
+            kind = output_kind(args.out)
         episode_filter = EpisodeFilter(
             service=args.service,
             since=_nanos(args.since),
@@ -417,13 +427,16 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     # folder made for it. A file that was at the target before (--force) is never touched:
     # the output goes to a partial file renamed into place only at the very end.
     created = _missing_folders(target.parent)
-    writer: SingleFileWriter | None = None
+    writer: SingleFileWriter | StepTablesFolder | None = None
     written = False
     started = time.perf_counter()
     try:
-        writer = SingleFileWriter(
-            target, schema=_schema(args.format) if kind == "parquet" else None
-        )
+        if kind == "steps":
+            writer = StepTablesFolder(target)
+        else:
+            writer = SingleFileWriter(
+                target, schema=_schema(args.format) if kind == "parquet" else None
+            )
         _rebuild(
             source,
             restore,
@@ -571,8 +584,23 @@ def _schema(fmt: str) -> Any:
     return chat_arrow_schema() if fmt == "chat" else arrow_schema()
 
 
-def _emitter(fmt: str, kind: str, writer: SingleFileWriter, report: ExportReport) -> Any:
+def _emitter(fmt: str, kind: str, writer: Any, report: ExportReport) -> Any:
     """The function that writes one kept trajectory in the chosen format."""
+    if fmt == "steps":
+
+        def emit_steps(trajectory: Trajectory) -> None:
+            try:
+                writer.write(trajectory)
+            except ValueError as exc:  # this episode's values only: the others go on
+                report.unwritable += 1
+                if len(report.first_errors) < SHOWN_ERRORS:
+                    report.first_errors.append(str(exc))
+                return
+            report.written[trajectory.status] += 1
+            report.lossy += bool(trajectory.lossy)
+            report.rows += len(trajectory.steps)
+
+        return emit_steps
     if kind == "parquet":
         from agenttrace.sinks.parquet import (
             arrow_schema,
@@ -639,6 +667,7 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
         f"read {report.spans:,} spans in {report.seconds:.1f} s ({rate:,.0f} spans/s); "
         f"wrote {episodes:,} episodes"
         + (f" as {report.rows:,} chat rows" if fmt == "chat" else "")
+        + (f" as {report.rows:,} step rows" if fmt == "steps" else "")
         + f" to {path}"
     )
     if report.written:
@@ -663,6 +692,8 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
         out.print(f"  left out by filters: {left}")
     if report.without_llm_calls:
         out.print(f"  {report.without_llm_calls:,} episodes had no model calls (no chat rows)")
+    if report.unwritable:
+        out.print(f"  {report.unwritable:,} episodes could not be stored in this format (below)")
     for label, value in (
         ("spans of no episode (other services or unrelated traces)", counts.unrelated),
         ("duplicate spans ignored", counts.duplicates),

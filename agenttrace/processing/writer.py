@@ -64,7 +64,7 @@ WriterItem = FinishedEpisode | EpisodeSpans | list[SpanRecord]
 class SinkSpec(NamedTuple):
     """A built-in sink by name and constructor options: buildable in another process."""
 
-    kind: str  # jsonl | parquet | jsondir | otlp
+    kind: str  # jsonl | parquet | steps | jsondir | otlp
     options: Mapping[str, Any]
 
 
@@ -85,6 +85,10 @@ def build_sink(spec: SinkSpec) -> Sink:
         from agenttrace.sinks.parquet import ParquetSink
 
         return ParquetSink(**spec.options)
+    if spec.kind == "steps":
+        from agenttrace.sinks.step_tables import StepTablesSink
+
+        return StepTablesSink(**spec.options)
     if spec.kind == "jsondir":
         from agenttrace.sinks.jsondir import JsonDirSink
 

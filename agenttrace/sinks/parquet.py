@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import numbers
 import os
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agenttrace._version import install_hint
 from agenttrace.sinks.files import TrajectoryLoadError, utf8_safe, warn_load_error
 from agenttrace.sinks.jsonl import check_basename
+from agenttrace.sinks.parts import PartWriter
 from agenttrace.trajectory.codec import encode
 from agenttrace.trajectory.model import Trajectory, content_json
 
@@ -261,15 +261,13 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     return Trajectory.from_dict(data)
 
 
-_PART = re.compile(r"-(\d{5,})\.parquet(?:\.partial)?")
-
-
 class ParquetSink:
     """Writes trajectories as rows of ``folder/<basename>-00000.parquet``, ``-00001``, ...
 
     Every ``flush()`` and ``close()`` finishes the part in progress (so it is readable); the
     next write starts a new part. A part is also finished after ``rows_per_file`` rows.
-    Numbering continues after parts already in the folder, so a rerun never overwrites.
+    Numbering continues after parts already in the folder, so a rerun never overwrites
+    (:class:`~agenttrace.sinks.parts.PartWriter`).
     """
 
     def __init__(
@@ -281,38 +279,23 @@ class ParquetSink:
         compression: str = "zstd",
     ) -> None:
         self._pa, self._pq = _require_pyarrow()
-        if rows_per_file <= 0:
-            raise ValueError(f"rows_per_file must be positive, got {rows_per_file}")
         self.folder = Path(folder)
         self.basename = check_basename(basename)
-        self.rows_per_file = int(rows_per_file)
-        self.compression = compression
-        self.folder.mkdir(parents=True, exist_ok=True)
         self._schema = arrow_schema()
-        self._next_index = self._first_free_index()
-        self._writer: Any = None
-        self._partial: Path | None = None
-        self._final: Path | None = None
-        self._rows_in_part = 0
-        self._pending: list[Any] = []  # one-row RecordBatches
-        self._pending_bytes = 0
-        self._paths: list[Path] = []
+        self._parts = PartWriter(
+            folder,
+            basename=self.basename,
+            rows_per_file=rows_per_file,
+            row_group_rows=ROW_GROUP_ROWS,
+            row_group_bytes=ROW_GROUP_BYTES,
+            compression=compression,
+        )
         self._closed = False
 
     @property
     def paths(self) -> list[Path]:
         """The finished part files this sink wrote, oldest first."""
-        return list(self._paths)
-
-    def _first_free_index(self) -> int:
-        prefix = self.basename
-        used = [
-            int(match.group(1))
-            for entry in self.folder.iterdir()
-            if entry.name.startswith(prefix)
-            and (match := _PART.fullmatch(entry.name[len(prefix) :]))
-        ]
-        return max(used, default=-1) + 1
+        return list(self._parts.paths)
 
     def write(self, trajectory: Trajectory) -> None:
         """Buffer one row; rows go out in row groups, parts finish at ``rows_per_file``.
@@ -328,63 +311,21 @@ class ParquetSink:
             raise ValueError(
                 f"episode {trajectory.episode_id!r} cannot be stored in Parquet: {exc}"
             ) from exc
-        self._pending.append(batch)
-        self._pending_bytes += batch.nbytes
-        self._rows_in_part += 1
-        if self._rows_in_part >= self.rows_per_file:
-            self._finish_part()
-        elif len(self._pending) >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
-            self._write_pending()
-
-    def _write_pending(self) -> None:
-        if not self._pending:
-            return
-        table = self._pa.Table.from_batches(self._pending, schema=self._schema)
-        if self._writer is None:
-            index = self._next_index
-            self._next_index += 1
-            self._final = self.folder / f"{self.basename}-{index:05d}.parquet"
-            self._partial = self._final.with_name(self._final.name + ".partial")
-            self._writer = self._pq.ParquetWriter(
-                self._partial, self._schema, compression=self.compression
-            )
-        self._writer.write_table(table.combine_chunks())
-        self._pending = []
-        self._pending_bytes = 0
-
-    def _finish_part(self) -> None:
-        try:
-            self._write_pending()
-        finally:
-            self._rows_in_part = 0
-            self._pending = []
-            self._pending_bytes = 0
-            writer, self._writer = self._writer, None
-            if writer is not None:
-                writer.close()
-                assert self._partial is not None and self._final is not None
-                _fsync_path(self._partial)
-                os.replace(self._partial, self._final)
-                self._paths.append(self._final)
+        self._parts.add(batch)
 
     def flush(self) -> None:
         """Finish the part in progress so it is a complete, readable file."""
-        self._finish_part()
+        self._parts.finish()
 
     def close(self) -> None:
         """Finish the part in progress; later writes raise."""
         if self._closed:
             return
         self._closed = True
-        self._finish_part()
+        self._parts.finish()
 
     def __repr__(self) -> str:
         return f"ParquetSink({str(self.folder)!r}, basename={self.basename!r})"
-
-
-def _fsync_path(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())
 
 
 def read_parquet(
