@@ -80,7 +80,7 @@ class Setting:
     choices: tuple[str, ...] = ()
 
 
-SINK_CHOICES = ("jsonl", "parquet", "steps", "jsondir", "otlp")
+SINK_CHOICES = ("jsonl", "parquet", "steps", "minari", "jsondir", "otlp")
 SPAN_EXPORT_CHOICES = ("file", "otlp", "none")
 CONTENT_CHOICES = ("full", "none")
 EXPORT_CONTENT_CHOICES = ("full", "truncate", "ref", "none")
@@ -119,7 +119,7 @@ SETTINGS: tuple[Setting, ...] = (
         _parse_list,
         ("jsonl",),
         "Where trajectories go, comma-separated (steps: typed step and episode tables, "
-        "docs/step-tables.md).",
+        "docs/step-tables.md; minari: a Minari dataset, docs/minari.md).",
         SINK_CHOICES,
     ),
     Setting(
@@ -251,6 +251,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Size at which trajectory and span JSONL files rotate to a new part.",
     ),
     Setting(
+        "minari_dataset_id",
+        "AGENTTRACE_MINARI_DATASET_ID",
+        str,
+        None,
+        "Id of the Minari dataset the minari sink writes, NAMESPACE/NAME-v0 (default: "
+        "agenttrace/<run name>-v0), in Minari's folder (MINARI_DATASETS_PATH; docs/minari.md).",
+    ),
+    Setting(
         "targets",
         "AGENTTRACE_TARGETS",
         str,
@@ -377,6 +385,7 @@ class Settings:
     block_timeout: float
     writer: str
     jsonl_max_bytes: int
+    minari_dataset_id: str | None
     targets: str | None
     targets_file: str | None
     propagate: tuple[str, ...] | None

@@ -205,6 +205,13 @@ class AgentTrace:
                 }
             elif kind in ("parquet", "steps"):
                 options = {"folder": self._ensure_run_dir()}
+            elif kind == "minari":
+                run_name = self._ensure_run_dir().name
+                options = {
+                    "dataset_id": self.settings.minari_dataset_id or f"agenttrace/{run_name}-v0",
+                    # (this process's: a writer process started earlier has another environ)
+                    "root": os.environ.get("MINARI_DATASETS_PATH"),
+                }
             elif kind == "jsondir":
                 options = {"folder": self._ensure_run_dir() / "episodes"}
             else:  # otlp
@@ -340,6 +347,9 @@ class AgentTrace:
         places = []
         if "steps" in self.settings.sinks and self.run_dir is not None:
             places.append(f"{self.run_dir} (step tables)")
+        if "minari" in self.settings.sinks and self.run_dir is not None:
+            dataset = self.settings.minari_dataset_id or f"agenttrace/{self.run_dir.name}-v0"
+            places.append(f"the Minari dataset {dataset}")
         if "otlp" in self.settings.sinks:
             places.append("the OTLP logs endpoint")
         if self._user_sink_count:

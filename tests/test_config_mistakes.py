@@ -74,7 +74,7 @@ def test_bad_setting_under_implicit_configuration_says_one_line_and_runs_untrace
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
     assert "AGENTTRACE_SINKS" in lines[0] and "'parqet'" in lines[0]
-    assert "choose from jsonl, parquet, steps, jsondir, otlp" in lines[0]
+    assert "choose from jsonl, parquet, steps, minari, jsondir, otlp" in lines[0]
     assert "did you mean 'parquet'" in lines[0]
     assert "tracing is off" in lines[0]
     assert "Traceback" not in done.stderr
@@ -162,7 +162,7 @@ def test_configure_raises_config_error_for_a_bad_setting(tmp_path):
     done = run_script(tmp_path, CONFIGURE, AGENTTRACE_SINKS="parqet")
     assert done.returncode == 0
     assert "ConfigError: AGENTTRACE_SINKS='parqet'" in done.stdout
-    assert "choose from jsonl, parquet, steps, jsondir, otlp" in done.stdout
+    assert "choose from jsonl, parquet, steps, minari, jsondir, otlp" in done.stdout
     assert done.stderr == ""
     assert made_files(tmp_path) == []
 

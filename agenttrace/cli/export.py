@@ -35,6 +35,7 @@ from rich.text import Text
 
 from agenttrace import semconv as sc
 from agenttrace.processing.writer import DEFAULT_MAX_EPISODE_BYTES
+from agenttrace.sinks.minari_dataset import check_minari_arguments
 from agenttrace.sinks.single_file import SingleFileWriter, output_kind
 from agenttrace.sinks.step_tables import StepTablesFolder, check_target
 from agenttrace.storage.http import BackendError, parse_headers
@@ -48,7 +49,7 @@ from agenttrace.trajectory.stream import StreamingAssembler
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 SHOWN_ERRORS = 5
-FORMATS = ("trajectory", "chat", "steps")
+FORMATS = ("trajectory", "chat", "steps", "minari")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -121,9 +122,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--out",
-        required=True,
         metavar="FILE",
-        help="output file: *.jsonl, *.jsonl.gz, *.parquet; a folder for --format steps",
+        help="output file: *.jsonl, *.jsonl.gz, *.parquet; a folder for --format steps; for "
+        "--format minari, Minari's datasets folder (default: MINARI_DATASETS_PATH, else "
+        "~/.minari/datasets)",
     )
     parser.add_argument(
         "--format",
@@ -131,7 +133,18 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default="trajectory",
         help="trajectory: one agenttrace trajectory per line/row (default); chat: one row per "
         "model call, OpenAI-style messages with reward columns, for fine-tuning; steps: typed "
-        "step and episode tables (Parquet) in the folder --out names (docs/step-tables.md)",
+        "step and episode tables (Parquet) in the folder --out names (docs/step-tables.md); "
+        "minari: a Minari dataset (--dataset-id, docs/minari.md)",
+    )
+    minari = parser.add_argument_group("--format minari")
+    minari.add_argument(
+        "--dataset-id", metavar="NS/NAME-v0", help="id of the Minari dataset to write"
+    )
+    minari.add_argument(
+        "--env",
+        metavar="ID",
+        help="registered gymnasium id whose spaces and spec the dataset records (default: "
+        "the episodes' rl.env.name when gymnasium knows it, else spaces inferred from values)",
     )
     parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
     narrow = parser.add_argument_group("which episodes")
@@ -370,7 +383,12 @@ class ExportReport:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``agenttrace export``; returns the exit code."""
     try:
-        if args.format == "steps":
+        if args.format == "minari":
+            kind = "minari"
+            check_minari_arguments(args.dataset_id)
+        elif args.out is None:
+            raise ValueError("--out is required (the output file or folder)")
+        elif args.format == "steps":
             kind = "steps"
             check_target(args.out)
         else:
@@ -393,8 +411,8 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.limit < 1 or args.timeout <= 0:
         err.print("agenttrace export: error: --limit must be >= 1 and --timeout > 0")
         return EXIT_USAGE
-    target = Path(args.out)
-    if target.exists() and not args.force:
+    target = Path(args.out) if args.out is not None else Path.cwd()
+    if kind != "minari" and target.exists() and not args.force:
         err.print(f"agenttrace export: error: {target} exists; use --force to replace it")
         return EXIT_USAGE
 
@@ -426,17 +444,16 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     # Every way out but success removes what this run created: the partial file and any
     # folder made for it. A file that was at the target before (--force) is never touched:
     # the output goes to a partial file renamed into place only at the very end.
-    created = _missing_folders(target.parent)
-    writer: SingleFileWriter | StepTablesFolder | None = None
+    created = _missing_folders(target.parent) if args.out is not None else []
+    writer: Any = None
     written = False
     started = time.perf_counter()
     try:
-        if kind == "steps":
-            writer = StepTablesFolder(target)
-        else:
-            writer = SingleFileWriter(
-                target, schema=_schema(args.format) if kind == "parquet" else None
-            )
+        try:
+            writer = _open_output(args, kind, target)
+        except ValueError as exc:  # (an output that may not be written: nothing was read)
+            err.print(f"agenttrace export: error: {exc}")
+            return EXIT_USAGE
         _rebuild(
             source,
             restore,
@@ -578,6 +595,17 @@ def _content_restorer(blob_store: str | None) -> Any:
     return lambda records: restore_content(records, store)
 
 
+def _open_output(args: argparse.Namespace, kind: str, target: Path) -> Any:
+    """Where the export writes: a folder of step tables, a Minari dataset, or one file."""
+    if kind == "steps":
+        return StepTablesFolder(target)
+    if kind == "minari":
+        from agenttrace.sinks.minari_dataset import MinariExport
+
+        return MinariExport(args.dataset_id, root=args.out, env=args.env, force=args.force)
+    return SingleFileWriter(target, schema=_schema(args.format) if kind == "parquet" else None)
+
+
 def _schema(fmt: str) -> Any:
     from agenttrace.sinks.parquet import arrow_schema, chat_arrow_schema
 
@@ -586,15 +614,19 @@ def _schema(fmt: str) -> Any:
 
 def _emitter(fmt: str, kind: str, writer: Any, report: ExportReport) -> Any:
     """The function that writes one kept trajectory in the chosen format."""
-    if fmt == "steps":
+    if fmt in ("steps", "minari"):
 
         def emit_steps(trajectory: Trajectory) -> None:
+            skipped = getattr(writer, "skipped", 0)
             try:
                 writer.write(trajectory)
             except ValueError as exc:  # this episode's values only: the others go on
                 report.unwritable += 1
                 if len(report.first_errors) < SHOWN_ERRORS:
                     report.first_errors.append(str(exc))
+                return
+            if getattr(writer, "skipped", 0) > skipped:  # (no Minari episode: no steps...)
+                report.unwritable += 1
                 return
             report.written[trajectory.status] += 1
             report.lossy += bool(trajectory.lossy)
@@ -668,6 +700,7 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
         f"wrote {episodes:,} episodes"
         + (f" as {report.rows:,} chat rows" if fmt == "chat" else "")
         + (f" as {report.rows:,} step rows" if fmt == "steps" else "")
+        + (f" ({report.rows:,} steps) into a Minari dataset" if fmt == "minari" else "")
         + f" to {path}"
     )
     if report.written:

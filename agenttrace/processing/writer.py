@@ -64,7 +64,7 @@ WriterItem = FinishedEpisode | EpisodeSpans | list[SpanRecord]
 class SinkSpec(NamedTuple):
     """A built-in sink by name and constructor options: buildable in another process."""
 
-    kind: str  # jsonl | parquet | steps | jsondir | otlp
+    kind: str  # jsonl | parquet | steps | minari | jsondir | otlp
     options: Mapping[str, Any]
 
 
@@ -89,6 +89,10 @@ def build_sink(spec: SinkSpec) -> Sink:
         from agenttrace.sinks.step_tables import StepTablesSink
 
         return StepTablesSink(**spec.options)
+    if spec.kind == "minari":
+        from agenttrace.sinks.minari_dataset import MinariSink
+
+        return MinariSink(**spec.options)
     if spec.kind == "jsondir":
         from agenttrace.sinks.jsondir import JsonDirSink
 
