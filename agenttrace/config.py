@@ -251,6 +251,21 @@ SETTINGS: tuple[Setting, ...] = (
         "Size at which trajectory and span JSONL files rotate to a new part.",
     ),
     Setting(
+        "group_id",
+        "AGENTTRACE_GROUP_ID",
+        str,
+        None,
+        "Group id (rl.group.id) of every episode this process records that has none of its "
+        "own: the rollouts of one task (GRPO, best-of-n) run by one launcher.",
+    ),
+    Setting(
+        "group_size",
+        "AGENTTRACE_GROUP_SIZE",
+        _positive(int),
+        None,
+        "How many episodes that group has (rl.group.size), when known.",
+    ),
+    Setting(
         "minari_dataset_id",
         "AGENTTRACE_MINARI_DATASET_ID",
         str,
@@ -385,6 +400,8 @@ class Settings:
     block_timeout: float
     writer: str
     jsonl_max_bytes: int
+    group_id: str | None
+    group_size: int | None
     minari_dataset_id: str | None
     targets: str | None
     targets_file: str | None

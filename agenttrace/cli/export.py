@@ -34,6 +34,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from agenttrace import semconv as sc
+from agenttrace.cli.selection import (
+    Deduplicator,
+    GroupGate,
+    Selection,
+    Splitter,
+    part_outputs,
+)
 from agenttrace.processing.writer import DEFAULT_MAX_EPISODE_BYTES
 from agenttrace.sinks.minari_dataset import check_minari_arguments
 from agenttrace.sinks.single_file import SingleFileWriter, output_kind
@@ -174,6 +181,31 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     narrow.add_argument("--min-return", type=float, metavar="X", help="return >= X")
     narrow.add_argument("--max-return", type=float, metavar="X", help="return <= X")
+    dataset = parser.add_argument_group("datasets (docs/cli.md, Datasets)")
+    dataset.add_argument(
+        "--group-complete",
+        action="store_true",
+        help="only whole rollout groups (rl.group.id): all rl.group.size episodes of a group "
+        "passed the other filters; episodes of no group pass",
+    )
+    dataset.add_argument(
+        "--dedupe",
+        action="store_true",
+        help="keep the first of the episodes with the same task and the same actions",
+    )
+    dataset.add_argument(
+        "--split",
+        metavar="NAME=F,...",
+        help="write parts, e.g. train=0.9,test=0.1, to FILE with .NAME before its suffix "
+        "(a Minari dataset: NAME-NAME-v0); reproducible with --seed",
+    )
+    dataset.add_argument(
+        "--split-by",
+        choices=("episode", "group"),
+        default="episode",
+        help="split by episode (default) or by rollout group (a group stays in one part)",
+    )
+    dataset.add_argument("--seed", type=int, default=0, help="seed of --split (default: 0)")
     backend = parser.add_argument_group("backends")
     backend.add_argument(
         "--header",
@@ -371,6 +403,7 @@ class ExportReport:
     filtered: Counter = field(default_factory=Counter)  # reason -> episodes left out
     without_llm_calls: int = 0  # chat format: episodes that gave no rows
     unwritable: int = 0  # episodes the output format could not hold (the others go on)
+    parts: Counter = field(default_factory=Counter)  # --split: part -> episodes
     counts: Any = None  # AssemblyCounts
     seconds: float = 0.0
 
@@ -411,10 +444,19 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.limit < 1 or args.timeout <= 0:
         err.print("agenttrace export: error: --limit must be >= 1 and --timeout > 0")
         return EXIT_USAGE
-    target = Path(args.out) if args.out is not None else Path.cwd()
-    if kind != "minari" and target.exists() and not args.force:
-        err.print(f"agenttrace export: error: {target} exists; use --force to replace it")
+    try:
+        splitter = (
+            Splitter.parse(args.split, by=args.split_by, seed=args.seed) if args.split else None
+        )
+    except ValueError as exc:
+        err.print(f"agenttrace export: error: {exc}")
         return EXIT_USAGE
+    target = Path(args.out) if args.out is not None else Path.cwd()
+    parts = part_outputs(target, args.dataset_id, splitter)
+    for _, part_target, _ in parts:
+        if kind != "minari" and part_target.exists() and not args.force:
+            err.print(f"agenttrace export: error: {part_target} exists; use --force to replace it")
+            return EXIT_USAGE
 
     report = ExportReport()
     options = SourceOptions(
@@ -445,29 +487,40 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     # folder made for it. A file that was at the target before (--force) is never touched:
     # the output goes to a partial file renamed into place only at the very end.
     created = _missing_folders(target.parent) if args.out is not None else []
-    writer: Any = None
+    writers: dict[str | None, Any] = {}
     written = False
     started = time.perf_counter()
     try:
         try:
-            writer = _open_output(args, kind, target)
+            for name, part_target, dataset_id in parts:
+                writers[name] = _open_output(args, kind, part_target, dataset_id)
         except ValueError as exc:  # (an output that may not be written: nothing was read)
             err.print(f"agenttrace export: error: {exc}")
             return EXIT_USAGE
+        selection = Selection(
+            {name: _emitter(args.format, kind, w, report) for name, w in writers.items()},
+            filtered=report.filtered,
+            parts=report.parts,
+            gate=GroupGate() if args.group_complete else None,
+            deduplicator=Deduplicator() if args.dedupe else None,
+            splitter=splitter,
+        )
         _rebuild(
             source,
             restore,
             StreamingAssembler(grace=args.grace, max_episode_bytes=args.max_episode_bytes),
             episode_filter,
-            _emitter(args.format, kind, writer, report),
+            selection.emit,
             report,
             _progress(err, disabled=args.quiet),
         )
+        selection.finish()
         if sum(report.written.values()) == 0 and not report.filtered:
             _print_bad_records(report, err)
             err.print(f"agenttrace export: error: {_why_nothing(report)}; no output written")
             return EXIT_FAILURE
-        path = writer.close()
+        paths = [w.close() for w in writers.values()]
+        path = paths[0] if len(paths) == 1 else ", ".join(str(p) for p in paths)
         written = True
     except KeyboardInterrupt:
         err.print("agenttrace export: interrupted; no output file written")
@@ -479,7 +532,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_FAILURE
     finally:
         if not written:
-            if writer is not None:
+            for writer in writers.values():
                 writer.discard()
             _remove_folders(created)
     report.seconds = time.perf_counter() - started
@@ -595,14 +648,14 @@ def _content_restorer(blob_store: str | None) -> Any:
     return lambda records: restore_content(records, store)
 
 
-def _open_output(args: argparse.Namespace, kind: str, target: Path) -> Any:
+def _open_output(args: argparse.Namespace, kind: str, target: Path, dataset_id: str | None) -> Any:
     """Where the export writes: a folder of step tables, a Minari dataset, or one file."""
     if kind == "steps":
         return StepTablesFolder(target)
     if kind == "minari":
         from agenttrace.sinks.minari_dataset import MinariExport
 
-        return MinariExport(args.dataset_id, root=args.out, env=args.env, force=args.force)
+        return MinariExport(dataset_id or "", root=args.out, env=args.env, force=args.force)
     return SingleFileWriter(target, schema=_schema(args.format) if kind == "parquet" else None)
 
 
@@ -723,6 +776,9 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
     if report.filtered:
         left = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.filtered.items()))
         out.print(f"  left out by filters: {left}")
+    if report.parts:
+        split = ", ".join(f"{part} {n:,}" for part, n in report.parts.items())
+        out.print(f"  split: {split}")
     if report.without_llm_calls:
         out.print(f"  {report.without_llm_calls:,} episodes had no model calls (no chat rows)")
     if report.unwritable:

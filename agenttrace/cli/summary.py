@@ -49,6 +49,41 @@ class StatusSummary:
 
 
 @dataclass
+class GroupSummary:
+    """Returns of one rollout group (``rl.group.id``): running mean and variance (Welford's
+    update: no list of returns is kept), and the extremes, which tell an all-equal group."""
+
+    episodes: int = 0
+    returns_counted: int = 0
+    mean_return: float = 0.0
+    _m2: float = 0.0
+    min_return: float | None = None
+    max_return: float | None = None
+    size: int | None = None  # rl.group.size, when the episodes said
+
+    def add(self, value: float | None) -> None:
+        self.episodes += 1
+        if value is None:
+            return
+        self.returns_counted += 1
+        delta = value - self.mean_return
+        self.mean_return += delta / self.returns_counted
+        self._m2 += delta * (value - self.mean_return)
+        self.min_return = value if self.min_return is None else min(self.min_return, value)
+        self.max_return = value if self.max_return is None else max(self.max_return, value)
+
+    @property
+    def std_return(self) -> float | None:
+        """Population standard deviation (GRPO normalises by it); None without returns."""
+        return math.sqrt(self._m2 / self.returns_counted) if self.returns_counted else None
+
+    @property
+    def zero_variance(self) -> bool:
+        """Every return the same: a group that teaches GRPO nothing (2+ episodes)."""
+        return self.returns_counted >= 2 and self.min_return == self.max_return
+
+
+@dataclass
 class Summary:
     """What a set of trajectories amounts to; see the field comments for the exact meaning."""
 
@@ -74,6 +109,14 @@ class Summary:
     timed_steps: int = 0
     step_time_p50_ms: float | None = None
     step_time_p95_ms: float | None = None
+    #: Rollout groups (rl.group.id), in the order first seen; episodes without one are not in
+    #: any group.
+    groups: dict[str, GroupSummary] = field(default_factory=dict)
+
+    @property
+    def zero_variance_groups(self) -> int:
+        """Groups of 2+ episodes whose returns are all equal (no GRPO advantage)."""
+        return sum(group.zero_variance for group in self.groups.values())
 
     @property
     def statuses(self) -> dict[str, int]:
@@ -98,6 +141,17 @@ class Summary:
             "timed_steps": self.timed_steps,
             "step_time_p50_ms": self.step_time_p50_ms,
             "step_time_p95_ms": self.step_time_p95_ms,
+            "groups": {
+                group_id: {
+                    "episodes": group.episodes,
+                    "size": group.size,
+                    "mean_return": group.mean_return if group.returns_counted else None,
+                    "std_return": group.std_return,
+                    "zero_variance": group.zero_variance,
+                }
+                for group_id, group in self.groups.items()
+            },
+            "zero_variance_groups": self.zero_variance_groups,
         }
 
 
@@ -143,6 +197,13 @@ def summarize(trajectories: Iterable[Trajectory]) -> Summary:
             summary.min_length = length
         if summary.max_length is None or length > summary.max_length:
             summary.max_length = length
+        group_id = trajectory.attributes.get(sc.GROUP_ID)
+        if group_id is not None:
+            group = summary.groups.setdefault(str(group_id), GroupSummary())
+            group.add(value)
+            size = trajectory.attributes.get(sc.GROUP_SIZE)
+            if type(size) is int:
+                group.size = size
         summary.total_steps += len(trajectory.steps)
         for step in trajectory.steps:
             for call in step.llm_calls:
@@ -234,6 +295,42 @@ def render_summary(summary: Summary, console: Console) -> None:
     steps.add_row("step time p50", _milliseconds(summary.step_time_p50_ms))
     steps.add_row("step time p95", _milliseconds(summary.step_time_p95_ms))
     console.print(steps)
+    if summary.groups:
+        render_groups(summary, console)
+
+
+#: Groups listed one by one; more are summed up in the last line.
+GROUPS_SHOWN = 20
+
+
+def render_groups(summary: Summary, console: Console) -> None:
+    """Rollout groups: per group the mean and spread of returns, and how many groups have
+    returns that are all equal (a GRPO-style advantage is zero for every one of them)."""
+    groups = summary.groups
+    table = Table(title="Rollout groups (rl.group.id)", title_justify="left")
+    table.add_column("group")
+    table.add_column("episodes", justify="right")
+    table.add_column("mean return", justify="right")
+    table.add_column("std return", justify="right")
+    table.add_column("", justify="left")
+    for group_id, group in list(groups.items())[:GROUPS_SHOWN]:
+        of = f" of {group.size}" if group.size is not None else ""
+        table.add_row(
+            Text(group_id),
+            f"{group.episodes}{of}",
+            _number(group.mean_return if group.returns_counted else None),
+            _number(group.std_return),
+            "all returns equal" if group.zero_variance else "",
+        )
+    if len(groups) > GROUPS_SHOWN:
+        table.add_row(f"... {len(groups) - GROUPS_SHOWN} more", "", "", "", "")
+    console.print(table)
+    several = sum(group.returns_counted >= 2 for group in groups.values())
+    zero = summary.zero_variance_groups
+    console.print(
+        f"groups: {len(groups)}; with all returns equal: {zero} of the {several} with 2+ "
+        f"episodes ({_share(zero, several)}): no learning signal for GRPO"
+    )
 
 
 def _milliseconds(value: float | None) -> str:

@@ -392,6 +392,8 @@ class EpisodeScope(_Scope):
         agent_name: str | None = None,
         policy_version: str | None = None,
         seed: int | None = None,
+        group_id: str | None = None,
+        group_size: int | None = None,
         attributes: dict[str, Any] | None = None,
         tracer_provider: Any = None,
         runtime: pipeline.AgentTrace | None = None,
@@ -399,12 +401,16 @@ class EpisodeScope(_Scope):
         super().__init__(attributes, tracer_provider=tracer_provider, runtime=runtime)
         self._episode_id = episode_id
         self._env = env
+        if group_size is not None and _group_size(group_size) is None:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
         for key, value in (
             (sc.TASK_ID, task_id),
             (sc.ENV_NAME, env_name),
             (sc.AGENT_NAME, agent_name),
             (sc.POLICY_VERSION, policy_version),
             (sc.EPISODE_SEED, seed),
+            (sc.GROUP_ID, group_id),
+            (sc.GROUP_SIZE, group_size),
         ):
             if value is not None:
                 self._attributes[key] = value if isinstance(value, (int, float)) else str(value)
@@ -421,7 +427,14 @@ class EpisodeScope(_Scope):
 
     #: Options a single call can give its own episode, before the span starts (the
     #: auto-instrumentor reads them from the call's arguments: ``episode_id=run.id``).
-    PER_CALL_OPTIONS = ("episode_id", "policy_version", "agent_name", "env_name")
+    PER_CALL_OPTIONS = (
+        "episode_id",
+        "policy_version",
+        "agent_name",
+        "env_name",
+        "group_id",
+        "group_size",
+    )
 
     def _set_per_call(self, option: str, value: Any) -> None:
         """This call's ``option`` (one of PER_CALL_OPTIONS); before ``start()``, None ignored.
@@ -436,7 +449,19 @@ class EpisodeScope(_Scope):
             if text:
                 self._episode_id = text
             return
+        if option == "group_size":
+            size = _group_size(value)
+            if size is None:
+                _warn_once(
+                    f"group_size:{type(value).__name__}",
+                    "agenttrace: an episode's group_size %r is not a positive int; left out",
+                    value,
+                )
+                return
+            self._attributes = {**self._attributes, sc.GROUP_SIZE: size}
+            return
         key = {
+            "group_id": sc.GROUP_ID,
             "policy_version": sc.POLICY_VERSION,
             "agent_name": sc.AGENT_NAME,
             "env_name": sc.ENV_NAME,
@@ -447,6 +472,11 @@ class EpisodeScope(_Scope):
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         episode_id = self._episode_id or uuid.uuid4().hex
         attributes[sc.EPISODE_ID] = episode_id
+        settings = runtime.settings
+        if settings.group_id is not None and sc.GROUP_ID not in attributes:
+            attributes[sc.GROUP_ID] = settings.group_id  # (AGENTTRACE_GROUP_ID)
+            if settings.group_size is not None and sc.GROUP_SIZE not in attributes:
+                attributes[sc.GROUP_SIZE] = settings.group_size
         attributes.setdefault(sc.GEN_AI_CONVERSATION_ID, episode_id)
         state = _EpisodeState(episode_id, runtime)
         state.handle = self
@@ -568,7 +598,8 @@ def _bare_or_configured(factory: Callable[..., _Scope], args: tuple, kwargs: dic
 
 def episode(*args: Any, **kwargs: Any) -> Any:
     """An ``episode`` span. Keywords: episode_id, task_id, env, env_name, agent_name,
-    policy_version, seed, attributes, tracer_provider."""
+    policy_version, seed, group_id and group_size (rollouts of one task: GRPO, best-of-n),
+    attributes, tracer_provider."""
     return _bare_or_configured(EpisodeScope, args, kwargs)
 
 
@@ -613,3 +644,14 @@ def env_closed(env: Any) -> None:
         state = runtime.open_episodes_by_env.pop(id(env), None)
     if state is not None and state.handle is not None:
         state.handle.end_as(sc.STATUS_ABORTED)
+
+
+def _group_size(value: Any) -> int | None:
+    """A group size as a positive int (an int or a numeric string), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        size = int(value) if isinstance(value, (int, str)) else operator.index(value)
+    except (TypeError, ValueError):
+        return None
+    return size if size > 0 else None
