@@ -31,6 +31,7 @@ from agenttrace.instrument.spans import (
     env_step,
     episode,
     llm_call,
+    score,
     timestep,
     tool_call,
 )
@@ -61,6 +62,7 @@ __all__ = (
     "episode",
     "extract_step",
     "llm_call",
+    "score",
     "timestep",
     "tool_call",
     "StepResult",

@@ -251,6 +251,23 @@ SETTINGS: tuple[Setting, ...] = (
         "Size at which trajectory and span JSONL files rotate to a new part.",
     ),
     Setting(
+        "tokens",
+        "AGENTTRACE_TOKENS",
+        _parse_bool,
+        False,
+        "Record the token ids and log-probabilities an OpenAI-compatible server returns with a "
+        "model call (vLLM's return_token_ids and logprobs, SGLang's) on its llm span, for "
+        "agenttrace export --format tokens (docs/tokens.md).",
+    ),
+    Setting(
+        "tokens_max",
+        "AGENTTRACE_TOKENS_MAX",
+        _positive(int),
+        131_072,
+        "Longest token list kept per model call (prompt ids, completion ids, logprobs); a longer "
+        "one is cut, and the call marked rl.llm.tokens_cut.",
+    ),
+    Setting(
         "group_id",
         "AGENTTRACE_GROUP_ID",
         str,
@@ -400,6 +417,8 @@ class Settings:
     block_timeout: float
     writer: str
     jsonl_max_bytes: int
+    tokens: bool
+    tokens_max: int
     group_id: str | None
     group_size: int | None
     minari_dataset_id: str | None

@@ -94,9 +94,14 @@ class AgentTrace:
         # The export content policy wraps only the backend exporter: spans.jsonl stays whole.
         export_policy = _export_policy(settings) if "otlp" in targets else None
         span_exporter = _otlp_exporter("traces") if "otlp" in targets else None
+        files_here = "file" in targets or any(
+            kind in ("jsonl", "parquet", "steps", "jsondir") for kind in settings.sinks
+        )
         spec = WriterSpec(
             sinks=tuple(self._sink_specs()),
             span_file=self._span_file_options() if "file" in targets else None,
+            # Late scores beside the run's files (agenttrace.sinks.scores).
+            score_folder=str(self._ensure_run_dir()) if files_here else None,
             max_episode_bytes=settings.max_episode_bytes,
         )
         in_ray_worker = _in_ray_worker()
@@ -326,12 +331,18 @@ class AgentTrace:
                 f"{not_sent:,} span{'' if not_sent == 1 else 's'} not sent to the OTLP "
                 f"endpoint{kept}"
             )
-        if not (episodes or stats.get("spans_written", 0) or lost):
+        scores = int(stats.get("scores_written", 0) or 0)
+        if not (episodes or stats.get("spans_written", 0) or lost or scores):
             return None
         line = f"agenttrace: {episodes} episode{'' if episodes == 1 else 's'}"
         where = self._where_written()
         if where:
             line += f" -> {where}"
+        if scores and self.run_dir is not None:
+            line += (
+                f"; {scores} late score{'' if scores == 1 else 's'} -> "
+                f"{self.run_dir / 'scores.jsonl'}"
+            )
         if lost:
             line += ", " + ", ".join(lost) + " (see AgentTrace.stats())"
         return line

@@ -29,8 +29,21 @@ STEP_RECORD = "step.record"
 #: as the ``env.step`` of its own episode (trajectory.records.split_vector_step).
 ENV_VECTOR_STEP = "env.vector_step"
 
+#: A score given to an episode (or one of its steps) after the fact: a verifier, an LLM judge,
+#: a human label (agenttrace.trajectory.scores). Carries rl.episode.id and rl.score.*.
+SCORE = "score"
+
 #: The span names agenttrace itself creates for RL structure, in nesting order.
-RL_SPAN_NAMES = (EPISODE, ENV_RESET, TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD, ENV_VECTOR_STEP)
+RL_SPAN_NAMES = (
+    EPISODE,
+    ENV_RESET,
+    TIMESTEP,
+    AGENT_ACT,
+    ENV_STEP,
+    STEP_RECORD,
+    ENV_VECTOR_STEP,
+    SCORE,
+)
 #: Spans that carry ``rl.timestep.index`` and make a step, lowest precedence first: a field
 #: one of them records wins over the same field from the roles before it.
 STEP_ROLES = (TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD)
@@ -79,6 +92,19 @@ GROUP_SIZE = "rl.group.size"
 EPISODE_STATUS = "rl.episode.status"
 EPISODE_RETURN = "rl.episode.return"
 EPISODE_LENGTH = "rl.episode.length"
+
+# On a model call, when token capture is on (AGENTTRACE_TOKENS): what the server returned,
+# never re-tokenised (docs/tokens.md).
+LLM_PROMPT_TOKEN_IDS = "rl.llm.prompt_token_ids"
+LLM_COMPLETION_TOKEN_IDS = "rl.llm.completion_token_ids"
+LLM_COMPLETION_LOGPROBS = "rl.llm.completion_logprobs"
+LLM_TOKENS_CUT = "rl.llm.tokens_cut"  # true: a list was cut at the tokens_max setting
+
+# On a score span.
+SCORE_NAME = "rl.score.name"  # "reward" (also added to a step's reward), or any other name
+SCORE_VALUE = "rl.score.value"
+SCORE_STEP = "rl.score.step"  # the step it is about (default: the last)
+SCORE_COMMENT = "rl.score.comment"
 
 # Step structure and outcome.
 TIMESTEP_INDEX = "rl.timestep.index"

@@ -315,7 +315,7 @@ def test_an_export_stopped_midway_leaves_no_output(
     """Ctrl-C, or a read error, after some episodes were already written to the output."""
     spans, _ = demo_run
     written: list[str] = []
-    real_emitter = export_command._emitter
+    real_emitter = export_command.emitter
 
     def emitter(*args):
         emit = real_emitter(*args)
@@ -328,7 +328,7 @@ def test_an_export_stopped_midway_leaves_no_output(
 
         return stopping
 
-    monkeypatch.setattr(export_command, "_emitter", emitter)
+    monkeypatch.setattr(export_command, "emitter", emitter)
     target = tmp_path / "new" / "x.jsonl"
     code, _, err = export(capsys, "--from", str(spans), "--out", str(target))
     assert len(written) == 3

@@ -18,11 +18,9 @@ import argparse
 import contextlib
 import datetime as _dt
 import gc
-import json
 import os
 import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,12 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from agenttrace import semconv as sc
+from agenttrace.cli.export_outputs import (
+    ExportReport,
+    emitter,
+    open_output,
+    write_late_scores,
+)
 from agenttrace.cli.selection import (
     Deduplicator,
     GroupGate,
@@ -43,20 +47,19 @@ from agenttrace.cli.selection import (
 )
 from agenttrace.processing.writer import DEFAULT_MAX_EPISODE_BYTES
 from agenttrace.sinks.minari_dataset import check_minari_arguments
-from agenttrace.sinks.single_file import SingleFileWriter, output_kind
-from agenttrace.sinks.step_tables import StepTablesFolder, check_target
+from agenttrace.sinks.single_file import output_kind
+from agenttrace.sinks.step_tables import check_target
 from agenttrace.storage.http import BackendError, parse_headers
-from agenttrace.storage.otlp_json import SpanFormatError
 from agenttrace.storage.sources import SourceError, SourceOptions, open_source
-from agenttrace.trajectory.chat import chat_rows
-from agenttrace.trajectory.codec import encode
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord
 from agenttrace.trajectory.stream import StreamingAssembler
+from agenttrace.trajectory.tokens import (
+    PER_CHOICES,
+)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-SHOWN_ERRORS = 5
-FORMATS = ("trajectory", "chat", "steps", "minari")
+FORMATS = ("trajectory", "chat", "tokens", "steps", "minari")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -139,9 +142,17 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         choices=FORMATS,
         default="trajectory",
         help="trajectory: one agenttrace trajectory per line/row (default); chat: one row per "
-        "model call, OpenAI-style messages with reward columns, for fine-tuning; steps: typed "
+        "model call, OpenAI-style messages with reward columns, for fine-tuning; tokens: "
+        "token ids, logprobs and loss masks for RL trainers (docs/tokens.md); steps: typed "
         "step and episode tables (Parquet) in the folder --out names (docs/step-tables.md); "
         "minari: a Minari dataset (--dataset-id, docs/minari.md)",
+    )
+    parser.add_argument(
+        "--tokens-per",
+        choices=PER_CHOICES,
+        default="episode",
+        help="--format tokens: one row per episode (default; model and environment tokens "
+        "joined, with a loss mask) or per model call",
     )
     minari = parser.add_argument_group("--format minari")
     minari.add_argument(
@@ -389,30 +400,6 @@ class _EpisodeServices:
 # --- the run ----------------------------------------------------------------------------------
 
 
-@dataclass
-class ExportReport:
-    """What an export did, for the closing summary (and tests)."""
-
-    source: str = ""
-    spans: int = 0
-    bad_records: int = 0
-    first_errors: list[str] = field(default_factory=list)
-    written: Counter = field(default_factory=Counter)  # status -> episodes written
-    rows: int = 0
-    lossy: int = 0
-    filtered: Counter = field(default_factory=Counter)  # reason -> episodes left out
-    without_llm_calls: int = 0  # chat format: episodes that gave no rows
-    unwritable: int = 0  # episodes the output format could not hold (the others go on)
-    parts: Counter = field(default_factory=Counter)  # --split: part -> episodes
-    counts: Any = None  # AssemblyCounts
-    seconds: float = 0.0
-
-    def bad(self, error: SpanFormatError) -> None:
-        self.bad_records += 1
-        if len(self.first_errors) < SHOWN_ERRORS:
-            self.first_errors.append(str(error))
-
-
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``agenttrace export``; returns the exit code."""
     try:
@@ -493,28 +480,33 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         try:
             for name, part_target, dataset_id in parts:
-                writers[name] = _open_output(args, kind, part_target, dataset_id)
+                writers[name] = open_output(args, kind, part_target, dataset_id)
         except ValueError as exc:  # (an output that may not be written: nothing was read)
             err.print(f"agenttrace export: error: {exc}")
             return EXIT_USAGE
         selection = Selection(
-            {name: _emitter(args.format, kind, w, report) for name, w in writers.items()},
+            {
+                name: emitter(args.format, kind, w, report, args.tokens_per)
+                for name, w in writers.items()
+            },
             filtered=report.filtered,
             parts=report.parts,
             gate=GroupGate() if args.group_complete else None,
             deduplicator=Deduplicator() if args.dedupe else None,
             splitter=splitter,
         )
+        assembler = StreamingAssembler(grace=args.grace, max_episode_bytes=args.max_episode_bytes)
         _rebuild(
             source,
             restore,
-            StreamingAssembler(grace=args.grace, max_episode_bytes=args.max_episode_bytes),
+            assembler,
             episode_filter,
             selection.emit,
             report,
             _progress(err, disabled=args.quiet),
         )
         selection.finish()
+        write_late_scores(assembler.late_scores, writers.values(), report)
         if sum(report.written.values()) == 0 and not report.filtered:
             _print_bad_records(report, err)
             err.print(f"agenttrace export: error: {_why_nothing(report)}; no output written")
@@ -612,6 +604,14 @@ def _why_nothing(report: ExportReport) -> str:
         if report.bad_records:
             return f"nothing could be read from {report.source}: every record was unreadable"
         return f"no spans in {report.source}"
+    if report.without_llm_calls:
+        return (
+            f"none of the {report.without_llm_calls:,} episodes rebuilt has a model call with "
+            "the rows this format needs (for --format tokens: token ids, recorded with "
+            "AGENTTRACE_TOKENS=1 from a server that returns them, docs/tokens.md)"
+        )
+    if report.unwritable:
+        return f"none of the {report.unwritable:,} episodes rebuilt could be written in this format"
     return (
         f"no episode in {report.source}: none of its {report.spans:,} spans belongs to an "
         "agenttrace episode (no 'episode' span)"
@@ -648,80 +648,6 @@ def _content_restorer(blob_store: str | None) -> Any:
     return lambda records: restore_content(records, store)
 
 
-def _open_output(args: argparse.Namespace, kind: str, target: Path, dataset_id: str | None) -> Any:
-    """Where the export writes: a folder of step tables, a Minari dataset, or one file."""
-    if kind == "steps":
-        return StepTablesFolder(target)
-    if kind == "minari":
-        from agenttrace.sinks.minari_dataset import MinariExport
-
-        return MinariExport(dataset_id or "", root=args.out, env=args.env, force=args.force)
-    return SingleFileWriter(target, schema=_schema(args.format) if kind == "parquet" else None)
-
-
-def _schema(fmt: str) -> Any:
-    from agenttrace.sinks.parquet import arrow_schema, chat_arrow_schema
-
-    return chat_arrow_schema() if fmt == "chat" else arrow_schema()
-
-
-def _emitter(fmt: str, kind: str, writer: Any, report: ExportReport) -> Any:
-    """The function that writes one kept trajectory in the chosen format."""
-    if fmt in ("steps", "minari"):
-
-        def emit_steps(trajectory: Trajectory) -> None:
-            skipped = getattr(writer, "skipped", 0)
-            try:
-                writer.write(trajectory)
-            except ValueError as exc:  # this episode's values only: the others go on
-                report.unwritable += 1
-                if len(report.first_errors) < SHOWN_ERRORS:
-                    report.first_errors.append(str(exc))
-                return
-            if getattr(writer, "skipped", 0) > skipped:  # (no Minari episode: no steps...)
-                report.unwritable += 1
-                return
-            report.written[trajectory.status] += 1
-            report.lossy += bool(trajectory.lossy)
-            report.rows += len(trajectory.steps)
-
-        return emit_steps
-    if kind == "parquet":
-        from agenttrace.sinks.parquet import (
-            arrow_schema,
-            chat_arrow_schema,
-            chat_rows_to_batch,
-            trajectory_to_batch,
-        )
-
-        schema = chat_arrow_schema() if fmt == "chat" else arrow_schema()
-    dump = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-
-    def emit(trajectory: Trajectory) -> None:
-        report.written[trajectory.status] += 1
-        if trajectory.lossy:
-            report.lossy += 1
-        if fmt == "trajectory":
-            if kind == "parquet":
-                writer.write_batch(trajectory_to_batch(trajectory, schema))
-            else:
-                writer.write_trajectory(trajectory)
-            report.rows += 1
-            return
-        rows = chat_rows(trajectory)
-        if not rows:
-            report.without_llm_calls += 1
-            return
-        if kind == "parquet":
-            writer.write_batch(chat_rows_to_batch(rows, schema))
-        else:
-            for row in rows:
-                writer.write_line(dump(encode(row)))
-        report.rows += len(rows)
-
-    return emit
-
-
 # --- feedback ---------------------------------------------------------------------------------
 
 
@@ -752,6 +678,7 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
         f"read {report.spans:,} spans in {report.seconds:.1f} s ({rate:,.0f} spans/s); "
         f"wrote {episodes:,} episodes"
         + (f" as {report.rows:,} chat rows" if fmt == "chat" else "")
+        + (f" as {report.rows:,} token rows" if fmt == "tokens" else "")
         + (f" as {report.rows:,} step rows" if fmt == "steps" else "")
         + (f" ({report.rows:,} steps) into a Minari dataset" if fmt == "minari" else "")
         + f" to {path}"
@@ -779,8 +706,16 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
     if report.parts:
         split = ", ".join(f"{part} {n:,}" for part, n in report.parts.items())
         out.print(f"  split: {split}")
+    if report.late_scores[True]:
+        out.print(
+            f"  {report.late_scores[True]:,} scores came after their episode was written: kept "
+            "as score records beside the output (loaders merge them; docs/scores.md)"
+        )
+    if report.late_scores[False]:
+        out.print(f"  {report.late_scores[False]:,} late scores: this format has no place for them")
     if report.without_llm_calls:
-        out.print(f"  {report.without_llm_calls:,} episodes had no model calls (no chat rows)")
+        what = "model calls with token ids" if fmt == "tokens" else "model calls"
+        out.print(f"  {report.without_llm_calls:,} episodes had no {what} (no rows)")
     if report.unwritable:
         out.print(f"  {report.unwritable:,} episodes could not be stored in this format (below)")
     for label, value in (

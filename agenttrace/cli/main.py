@@ -36,6 +36,7 @@ from agenttrace._version import __version__
 from agenttrace.cli import demo as demo_task
 from agenttrace.cli import episode_view
 from agenttrace.cli import export as export_command
+from agenttrace.cli import score as score_command
 from agenttrace.cli.export import int_at_least
 from agenttrace.cli.summary import render_summary, summarize
 from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
@@ -172,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the chosen trajectories as JSON lines (the trajectory file format)",
     )
     export_command.add_parser(commands)
+    score_command.add_parser(commands)
     return parser
 
 
@@ -209,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(args, out, err)
         if args.command == "export":
             return export_command.run(args, out, err)
+        if args.command == "score":
+            return score_command.run(args, out, err)
         return run_inspect(args, out, err)
     except config.ConfigError as exc:
         err.print(f"agenttrace {args.command}: error: {exc}")

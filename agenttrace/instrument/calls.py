@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
+from agenttrace._logging import warn_once as _warn_once
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.llm_results import read_result
@@ -97,12 +98,17 @@ class LLMCallScope(_Scope):
         output_tokens: int | None = None,
         response_id: str | None = None,
         tool_definitions: Any = _UNSET,
+        prompt_token_ids: list[int] | None = None,
+        completion_token_ids: list[int] | None = None,
+        completion_logprobs: list[float] | None = None,
     ) -> None:
-        """Record the request and response of the call (content follows the content policy)."""
+        """Record the request and response of the call (content follows the content policy;
+        token ids and logprobs only with the ``tokens`` setting)."""
         span = self._span
         if span is None:
             return
         try:
+            self._record_tokens(prompt_token_ids, completion_token_ids, completion_logprobs)
             attrs: dict[str, Any] = self._encoded(
                 (
                     (sc.GEN_AI_INPUT_MESSAGES, input_messages),
@@ -128,6 +134,33 @@ class LLMCallScope(_Scope):
                 span.set_attributes(attrs)
         except Exception:
             _internal_error("recording an LLM call")
+
+    def _record_tokens(
+        self, prompt: list[int] | None, completion: list[int] | None, logprobs: list[float] | None
+    ) -> None:
+        runtime = self._runtime
+        if runtime is None or not runtime.settings.tokens or not (prompt or completion):
+            return
+        limit = runtime.settings.tokens_max
+        attrs: dict[str, Any] = {}
+        for key, values in (
+            (sc.LLM_PROMPT_TOKEN_IDS, prompt),
+            (sc.LLM_COMPLETION_TOKEN_IDS, completion),
+            (sc.LLM_COMPLETION_LOGPROBS, logprobs),
+        ):
+            if values:
+                if len(values) > limit:
+                    attrs[sc.LLM_TOKENS_CUT] = True
+                    values = values[:limit]
+                attrs[key] = values
+        if attrs.get(sc.LLM_TOKENS_CUT):
+            _warn_once(
+                "tokens cut",
+                "agenttrace: a model call's token list passed tokens_max (%d); it is cut and the "
+                "call marked rl.llm.tokens_cut (AGENTTRACE_TOKENS_MAX raises the limit)",
+                limit,
+            )
+        self._span.set_attributes(attrs)  # type: ignore[union-attr]
 
     def _record_final_answer(self) -> None:
         """A turn's answer that stopped by itself (not cut, no tool call): if nothing

@@ -55,7 +55,45 @@ def _chat_completion(result: Any, choices: Sequence[Any]) -> dict[str, Any]:
         "finish_reasons": reasons or None,
         **_usage(_get(result, "usage")),
         **_identity(result),
+        **_tokens(result, choices[0] if choices else None),
     }
+
+
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+def _tokens(result: Any, choice: Any) -> dict[str, Any]:
+    """Token ids and log-probabilities an OpenAI-compatible server sent with the answer:
+    vLLM's ``prompt_token_ids`` (top level for chat, per choice for completions) and the
+    choice's ``token_ids`` (``return_token_ids``), and the chosen tokens' ``logprobs``. Without
+    ``token_ids``, ids spelled ``token_id:N`` in the logprobs (``return_tokens_as_token_ids``)
+    are used. Only lists of the right types count (tests/fixtures/vllm has the shape)."""
+    found: dict[str, Any] = {}
+    prompt = _get(result, "prompt_token_ids")
+    if prompt is None:
+        prompt = _get(choice, "prompt_token_ids")
+    if _int_list(prompt):
+        found["prompt_token_ids"] = list(prompt)
+    completion = _get(choice, "token_ids")
+    content = _get(_get(choice, "logprobs"), "content")
+    if _is_list(content) and content:
+        logprobs = [_get(item, "logprob") for item in content]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in logprobs):
+            found["completion_logprobs"] = [float(v) for v in logprobs]
+        if completion is None:
+            tokens = [_get(item, "token") for item in content]
+            if all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
+                try:
+                    completion = [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
+                except ValueError:
+                    completion = None
+    if _int_list(completion):
+        found["completion_token_ids"] = list(completion)
+    return found
+
+
+def _int_list(value: Any) -> bool:
+    return _is_list(value) and all(type(v) is int for v in value)
 
 
 def _response(result: Any, output: Sequence[Any]) -> dict[str, Any]:

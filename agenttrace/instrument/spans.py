@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry.trace import Status, StatusCode
 
 from agenttrace import pipeline
@@ -38,7 +39,9 @@ from agenttrace.instrument.scope import (
     _Frame,
     _is_cancel,
     _Scope,
+    current_episode_id,
 )
+from agenttrace.trajectory.scores import checked_score
 
 # --- step-like scopes: record observation, action, reward, termination ----------------------
 
@@ -635,6 +638,52 @@ def tool_call(*args: Any, **kwargs: Any) -> Any:
     a decorated function's arguments and return value are recorded. Keywords: name,
     attributes."""
     return _bare_or_configured(ToolCallScope, args, kwargs)
+
+
+def score(
+    episode_id: str,
+    value: float,
+    *,
+    name: str = "reward",
+    step: int | None = None,
+    comment: str | None = None,
+    tracer_provider: Any = None,
+) -> None:
+    """Give episode ``episode_id`` a score, now or long after it ended, in this process or
+    any other: only the id is needed (a verifier, an LLM judge, a human label).
+
+    A ``score`` span, so it travels with the other spans. A score named ``reward`` is also
+    added to step ``step``'s reward (default: the last step) and to the return; any other
+    name is kept in the trajectory's ``scores``. The episode's own rebuild applies it if it
+    is still open; otherwise it is kept as a score record (``scores.jsonl`` beside the
+    trajectories) that loaders and ``agenttrace export`` merge. Bad values raise ValueError
+    naming the field.
+    """
+    checked = checked_score(episode_id, value, name, step, comment)
+    runtime = pipeline.get_default()
+    if not runtime.enabled:
+        return
+    try:
+        attributes: dict[str, Any] = {
+            sc.EPISODE_ID: checked.episode_id,
+            sc.SCORE_NAME: checked.name,
+            sc.SCORE_VALUE: checked.value,
+        }
+        if checked.step is not None:
+            attributes[sc.SCORE_STEP] = checked.step
+        if checked.comment is not None:
+            attributes[sc.SCORE_COMMENT] = checked.comment
+        tracer = (
+            tracer_provider.get_tracer(sc.INSTRUMENTATION_SCOPE)
+            if tracer_provider is not None
+            else runtime.tracer
+        )
+        # In the episode's trace when it is the current one; a trace of its own otherwise.
+        here = current_episode_id() == checked.episode_id
+        context = None if here else otel_context.Context()
+        tracer.start_span(sc.SCORE, context=context, attributes=attributes).end()
+    except Exception:
+        _internal_error("recording a score")
 
 
 def env_closed(env: Any) -> None:

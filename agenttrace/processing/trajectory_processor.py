@@ -212,6 +212,10 @@ class TrajectoryProcessor(SpanProcessor):
         is_root = record.name == sc.EPISODE
         episode = self._open.get(episode_id)
         if episode is None:
+            if record.name == sc.SCORE:  # of an episode written already, or rebuilt elsewhere:
+                if record.sampled:  # the writer keeps it as a score record
+                    self._put_spans([record])
+                return
             episode = self._track(episode_id, record.span_id if is_root else 0)
             if episode is None:  # late, or over the open-episode limit
                 if self._keeps_all_spans and record.sampled:
@@ -447,6 +451,9 @@ class TrajectoryProcessor(SpanProcessor):
         # Torn last lines an earlier crash left in files this run appended to (cut, not kept).
         stats["torn_lines_cut"] = report.get("torn_lines_cut", 0)
         stats["torn_bytes_cut"] = report.get("torn_bytes_cut", 0)
+        # Scores of episodes not open here, kept as score records (agenttrace.sinks.scores).
+        stats["scores_written"] = report.get("scores_written", 0)
+        stats["scores_malformed"] = report.get("scores_malformed", 0)
         stats["internal_errors"] = counts.get("internal_errors", 0) + self._worker.errors
         return stats
 

@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agenttrace.processing.metrics import EpisodeSummary, summarize
+from agenttrace.semconv import SCORE
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.jsonl import JsonlSink
+from agenttrace.sinks.scores import ScoreLog
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
 from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.scores import score_from_record
 
 logger = logging.getLogger("agenttrace")
 
@@ -71,6 +74,7 @@ class SinkSpec(NamedTuple):
 class WriterSpec(NamedTuple):
     sinks: tuple[SinkSpec, ...] = ()
     span_file: Mapping[str, Any] | None = None  # OtlpJsonLinesWriter options, or no span file
+    score_folder: str | None = None  # where late scores go (scores.jsonl), or nowhere
     summaries: bool = False  # summarize each episode for metrics (processing.metrics)
     max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
 
@@ -115,6 +119,8 @@ REPORT_COUNTERS = (
     "spans_too_late_for_step",
     "torn_lines_cut",
     "torn_bytes_cut",
+    "scores_written",
+    "scores_malformed",
 )
 
 
@@ -151,8 +157,11 @@ class EpisodeWriter:
         *,
         on_summary: Callable[[EpisodeSummary], None] | None = None,
         max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES,
+        score_log: ScoreLog | None = None,
     ) -> None:
         self.sinks = list(sinks)
+        # Scores of episodes written already (or rebuilt elsewhere): records loaders merge.
+        self.score_log = score_log
         self.max_episode_bytes = max_episode_bytes
         # Episodes still open: their records so far, on their way to the trajectory.
         self._open: dict[str, EpisodeAssembly] = {}
@@ -215,6 +224,7 @@ class EpisodeWriter:
             span_writer,
             on_summary=on_summary,
             max_episode_bytes=spec.max_episode_bytes,
+            score_log=ScoreLog(spec.score_folder) if spec.score_folder else None,
         )
 
     def write(self, items: list[WriterItem]) -> None:
@@ -223,6 +233,7 @@ class EpisodeWriter:
         for item in items:
             if type(item) is list:
                 self._write_spans(item)
+                self._write_scores(item)
             elif type(item) is EpisodeSpans:
                 self.write_open(item)
             else:
@@ -298,6 +309,32 @@ class EpisodeWriter:
                         episode.episode_id,
                     )
 
+    def _write_scores(self, records: list[SpanRecord]) -> None:
+        """Scores among span-only records (their episode is not open here): a score record
+        each, and to every sink that keeps scores of its own (``write_score``)."""
+        for record in records:
+            if record.name != SCORE:
+                continue
+            try:
+                score = score_from_record(record)
+            except ValueError as exc:
+                self._add("scores_malformed")
+                logger.warning("agenttrace: a score span is left out: %s", exc)
+                continue
+            if self.score_log is not None:
+                try:
+                    self.score_log.write(score)
+                    self._add("scores_written")
+                except Exception as exc:
+                    self._output_failed(self.score_log, exc)
+            for sink in self.sinks:
+                write_score = getattr(sink, "write_score", None)
+                if write_score is not None:
+                    try:
+                        write_score(score)
+                    except Exception as exc:
+                        self._output_failed(sink, exc)
+
     def _write_spans(self, records: list[SpanRecord]) -> None:
         writer = self.span_writer
         if writer is None:
@@ -346,7 +383,8 @@ class EpisodeWriter:
         return report
 
     def _outputs(self) -> list[Any]:
-        return [*self.sinks, self.span_writer] if self.span_writer is not None else self.sinks
+        outputs = [*self.sinks, self.span_writer] if self.span_writer is not None else self.sinks
+        return [*outputs, self.score_log] if self.score_log is not None else outputs
 
     def _add(self, key: str, n: int = 1) -> None:
         with self._lock:

@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from agenttrace.sinks.scores import is_score_file, read_scores, score_files_for
 from agenttrace.trajectory.model import Trajectory
+from agenttrace.trajectory.scores import Score, apply_scores
 
 #: Longest kept part of an id in a file name (before the hash and suffix).
 MAX_NAME_CHARS = 120
@@ -211,7 +213,7 @@ def _files_of_folder(folder: Path, *, given: bool) -> list[Path]:
     if named:
         return _one_format(named)
     if given or folder.name == EPISODES_FOLDER:
-        return [p for p in found if not p.name.startswith("spans")]
+        return [p for p in found if not p.name.startswith("spans") and not is_score_file(p)]
     return []
 
 
@@ -325,21 +327,40 @@ def iter_trajectories(
     """
     report = on_error or warn_load_error
     _run_before_reading()
+    if isinstance(source, (str, os.PathLike)):
+        named = [Path(source)]
+    elif isinstance(source, (list, tuple)):
+        named = [Path(item) for item in source]
+    else:  # (an iterator is used up by _expand: its files still bring the scores beside them)
+        named = []
     files = _expand(source)  # before the first yield, so a bad source fails at the call
-    return _iter_files(files, report)
+    score_files = score_files_for(named, files)
+    scores = read_scores(score_files, report) if score_files else {}
+    return _iter_files(files, report, scores)
 
 
-def _iter_files(files: list[Path], report: ErrorHandler) -> Iterator[Trajectory]:
+def _iter_files(
+    files: list[Path], report: ErrorHandler, scores: dict[str, list[Score]]
+) -> Iterator[Trajectory]:
+    """The trajectories of ``files``, with the late scores of each merged in."""
     for path in files:
         name = path.name
         if name.endswith(".parquet"):
             from agenttrace.sinks.parquet import read_parquet
 
-            yield from read_parquet(path, on_error=report)
+            found = read_parquet(path, on_error=report)
         elif name.endswith(".json"):
-            yield from _read_json_file(path, report)
+            found = _read_json_file(path, report)
         else:
-            yield from _read_jsonl(path, report)
+            found = _read_jsonl(path, report)
+        if not scores:
+            yield from found
+            continue
+        for trajectory in found:
+            late = scores.get(trajectory.episode_id)
+            if late:
+                apply_scores(trajectory, late)
+            yield trajectory
 
 
 def load_trajectories(source: Source, *, on_error: ErrorHandler | None = None) -> list[Trajectory]:

@@ -89,6 +89,7 @@ def arrow_schema() -> pa.Schema:
             ("reset_info", pa.string()),
             ("missing_steps", pa.list_(pa.int64())),
             ("lossy", pa.map_(pa.string(), pa.string())),
+            ("scores", pa.map_(pa.string(), pa.float64())),
         ]
     )
 
@@ -232,6 +233,7 @@ def trajectory_to_batch(trajectory: Trajectory, schema: pa.Schema) -> pa.RecordB
         "reset_info": utf8_safe(content_json(trajectory, "reset_info")),
         "missing_steps": [int(index) for index in trajectory.missing_steps],
         "lossy": list(trajectory.lossy.items()),
+        "scores": list(trajectory.scores.items()),
     }
     arrays = [
         steps_array if f.name == "steps" else pa.array([top[f.name]], type=f.type) for f in schema
@@ -256,8 +258,9 @@ def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
     data["steps"] = steps
     if data.get("attributes") is None:
         data["attributes"] = {}
-    if isinstance(data.get("lossy"), list):  # Arrow maps read back as (key, value) pairs
-        data["lossy"] = dict(data["lossy"])
+    for key in ("lossy", "scores"):  # Arrow maps read back as (key, value) pairs
+        if isinstance(data.get(key), list):
+            data[key] = dict(data[key])
     return Trajectory.from_dict(data)
 
 

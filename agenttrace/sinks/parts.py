@@ -48,8 +48,7 @@ class PartWriter:
         self.row_group_rows = row_group_rows
         self.row_group_bytes = row_group_bytes
         self.compression = compression
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._next_index = self._first_free_index()
+        self._next_index: int | None = None  # (the folder is made, and read, at first write)
         self._schema: Any = None  # of the part in progress (and of the pending batches)
         self._writer: Any = None
         self._partial: Path | None = None
@@ -93,6 +92,9 @@ class PartWriter:
             return
         table = self._pa.Table.from_batches(self._pending, schema=self._schema)
         if self._writer is None:
+            if self._next_index is None:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                self._next_index = self._first_free_index()
             index = self._next_index
             self._next_index += 1
             self._final = self.folder / f"{self.basename}-{index:05d}.parquet"

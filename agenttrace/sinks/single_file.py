@@ -15,7 +15,9 @@ from typing import IO, Any
 
 from agenttrace.sinks.jsonl import line_pieces
 from agenttrace.sinks.parquet import _require_pyarrow
+from agenttrace.sinks.scores import SCORES_SUFFIX, ScoreLog
 from agenttrace.trajectory.model import Trajectory
+from agenttrace.trajectory.scores import Score
 
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 
@@ -40,6 +42,11 @@ class SingleFileWriter:
         self.path = Path(path)
         self.kind = output_kind(self.path)
         self.partial = self.path.with_name(f".{self.path.name}.partial")
+        # Late scores (of episodes written before their score came): a side file loaders
+        # merge, <stem>.scores.jsonl, renamed into place with the output.
+        stem = self.path.name[: -len(_suffix(self.path.name))] or self.path.name
+        self.scores_path = self.path.with_name(stem + SCORES_SUFFIX)
+        self._scores: ScoreLog | None = None
         self.rows = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._text: IO[bytes] | None = None
@@ -72,21 +79,39 @@ class SingleFileWriter:
         self._parquet.write_batch(batch)
         self.rows += batch.num_rows
 
+    def write_score(self, score: Score) -> None:
+        if self._scores is None:
+            self._scores = ScoreLog(self.partial.parent, name=f".{self.scores_path.name}.partial")
+        self._scores.write(score)
+
     def close(self) -> Path:
-        """Finish the file and move it into place; returns its path."""
+        """Finish the file (and its scores) and move it into place; returns its path."""
         self._close_handles()
         os.replace(self.partial, self.path)
+        if self._scores is not None:
+            os.replace(self._scores.path, self.scores_path)
         return self.path
 
     def discard(self) -> None:
-        """Stop without a result: the partial file is removed."""
+        """Stop without a result: the partial files are removed."""
         self._close_handles()
         self.partial.unlink(missing_ok=True)
+        if self._scores is not None:
+            self._scores.path.unlink(missing_ok=True)
 
     def _close_handles(self) -> None:
+        if self._scores is not None:
+            self._scores.close()
         if self._text is not None:
             self._text.close()
             self._text = None
         if self._parquet is not None:
             self._parquet.close()
             self._parquet = None
+
+
+def _suffix(name: str) -> str:
+    lowered = name.lower()
+    return next(
+        (s for s in (".jsonl.gz", ".jsonl", ".ndjson", ".parquet") if lowered.endswith(s)), ""
+    )

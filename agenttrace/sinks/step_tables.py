@@ -38,10 +38,12 @@ from agenttrace.sinks.files import utf8_safe
 from agenttrace.sinks.parts import PartWriter
 from agenttrace.trajectory.codec import dumps, encode, loads
 from agenttrace.trajectory.model import Trajectory, content_json
+from agenttrace.trajectory.scores import Score
 
 logger = logging.getLogger("agenttrace")
 
 STEPS_FOLDER = "steps"
+SCORES_FOLDER = "scores"  # scores that came after their episode's row
 EPISODES_FOLDER = "episode_table"  # (not "episodes": the JSON-per-episode sink's folder)
 #: Field metadata: how a column holds its values, and for arrays the numpy dtype and shape.
 ENCODING_KEY = b"agenttrace.encoding"
@@ -299,6 +301,22 @@ def episode_schema() -> Any:
             pa.field("attributes", pa.string(), metadata=json_text),
             pa.field("final_observation", pa.string(), metadata=json_text),
             pa.field("missing_steps", pa.list_(pa.int64())),
+            pa.field("scores", pa.map_(pa.string(), pa.float64())),
+        ]
+    )
+
+
+def score_schema() -> Any:
+    """The scores table: scores that came after their episode's row was written."""
+    pa = _pyarrow()
+    return pa.schema(
+        [
+            pa.field("episode_id", pa.string()),
+            pa.field("name", pa.string()),
+            pa.field("value", pa.float64()),
+            pa.field("step", pa.int64()),
+            pa.field("comment", pa.string()),
+            pa.field("time", pa.int64()),
         ]
     )
 
@@ -362,6 +380,7 @@ def episode_batch(trajectory: Trajectory) -> Any:
         "attributes": utf8_safe(json.dumps(encode(attributes), ensure_ascii=False)),
         "final_observation": _text_or_null(content_json(trajectory, "final_observation")),
         "missing_steps": [int(index) for index in trajectory.missing_steps],
+        "scores": list(trajectory.scores.items()),
     }
     schema = episode_schema()
     return pa.RecordBatch.from_arrays(
@@ -414,6 +433,14 @@ class StepTablesSink:
             row_group_bytes=ROW_GROUP_BYTES,
             compression=compression,
         )
+        self._scores = PartWriter(
+            self.folder / SCORES_FOLDER,
+            basename="scores",
+            rows_per_file=rows_per_file,
+            row_group_rows=row_group_rows,
+            row_group_bytes=ROW_GROUP_BYTES,
+            compression=compression,
+        )
         self._columns: dict[str, Any] = {name: None for name in INFERRED}
         self._closed = False
 
@@ -455,10 +482,22 @@ class StepTablesSink:
         self._steps.add(steps)
         self._episodes.add(episode)
 
+    def write_score(self, score: Score) -> None:
+        """A score that came after its episode's row: a row of the scores table."""
+        pa = self._pa
+        row = score.to_dict()
+        schema = score_schema()
+        self._scores.add(
+            pa.RecordBatch.from_arrays(
+                [pa.array([row[field.name]], type=field.type) for field in schema], schema=schema
+            )
+        )
+
     def flush(self) -> None:
         """Finish the parts in progress so they are complete, readable files."""
         self._steps.finish()
         self._episodes.finish()
+        self._scores.finish()
 
     def close(self) -> None:
         """Finish the parts in progress; later writes raise."""
@@ -549,6 +588,9 @@ class StepTablesFolder:
         self._sink.write(trajectory)
         self.rows += len(trajectory.steps)
 
+    def write_score(self, score: Score) -> None:
+        self._sink.write_score(score)
+
     def close(self) -> Path:
         """Finish the tables and move the folder into place; returns its path."""
         self._sink.close()
@@ -589,7 +631,7 @@ def _only_step_tables(folder: Path) -> bool:
     if not folder.is_dir():
         return False
     return all(
-        entry.is_dir() and entry.name in (STEPS_FOLDER, EPISODES_FOLDER)
+        entry.is_dir() and entry.name in (STEPS_FOLDER, EPISODES_FOLDER, SCORES_FOLDER)
         for entry in folder.iterdir()
     )
 

@@ -43,6 +43,7 @@ from agenttrace.trajectory.model import (
     raw_content,
 )
 from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.scores import Score, apply_scores, score_from_record
 from agenttrace.trajectory.spill import SpilledSteps
 
 _STEP_ROLES = sc.STEP_ROLES
@@ -115,6 +116,7 @@ class EpisodeAssembly:
         self._episode_span: SpanRecord | None = None
         self._reset_span: SpanRecord | None = None
         self._episode_span_ids: set[int] = set()
+        self.scores: list[SpanRecord] = []  # score spans: applied to the trajectory at the end
         self._start: int | None = None
         self._end: int | None = None
         self._seen = _IndexSet()
@@ -156,6 +158,9 @@ class EpisodeAssembly:
         size = self.retained_bytes
         for record in records:
             name = record.name
+            if name == sc.SCORE:  # (no part of a step, nor of the episode's time span)
+                self.scores.append(record)
+                continue
             if name in step_roles:
                 index = record.attributes.get(index_key)
                 if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
@@ -277,10 +282,15 @@ class EpisodeAssembly:
             returned = _content(reset, sc.OBSERVATION, None, self._trusted) if reset else None
         return _build_steps(parts, returned, previous, self._trusted)
 
+    @property
+    def only_scores(self) -> bool:
+        """Whether all that was added are scores: of an episode rebuilt elsewhere."""
+        return self._first is None and bool(self.scores)
+
     def trajectory(self) -> Trajectory:
         """The trajectory of everything added (the records are not needed after this)."""
         if self._first is None:
-            raise ValueError("an episode needs at least one span record")
+            raise ValueError("an episode needs at least one span record besides scores")
         trusted = self._trusted
         records = self.records
         parts, genai_records = _parts_of(records)
@@ -357,6 +367,8 @@ class EpisodeAssembly:
                 for path, reason in lossy_fields(records, part, _step_finder(records)).items():
                     lossy.setdefault(path, reason)
             trajectory.lossy = lossy
+        if self.scores:
+            apply_scores(trajectory, _valid_scores(self.scores))
         return trajectory
 
 
@@ -779,3 +791,14 @@ def _derived_status(episode_span: SpanRecord, last: Step | None) -> str:
     if last is None or last.terminated:
         return sc.STATUS_COMPLETED
     return sc.STATUS_TRUNCATED
+
+
+def _valid_scores(records: Sequence[SpanRecord]) -> list[Score]:
+    """The scores of score spans; a malformed one is left out (the others count)."""
+    scores = []
+    for record in records:
+        try:
+            scores.append(score_from_record(record))
+        except ValueError:
+            continue
+    return scores

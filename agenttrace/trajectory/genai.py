@@ -84,6 +84,9 @@ _FILLABLE = (
     "finish_reasons",
     "input_tokens",
     "output_tokens",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "completion_logprobs",
 )
 
 
@@ -113,7 +116,28 @@ def llm_call(record: SpanRecord, trusted: str | None) -> LLMCall:
         end_time=record.end_time,
         error=error_text(record),
         attributes=_other_attributes(attrs),
+        prompt_token_ids=_numbers(attrs.get(sc.LLM_PROMPT_TOKEN_IDS), int),
+        completion_token_ids=_numbers(attrs.get(sc.LLM_COMPLETION_TOKEN_IDS), int),
+        completion_logprobs=_numbers(attrs.get(sc.LLM_COMPLETION_LOGPROBS), float),
+        tokens_cut=attrs.get(sc.LLM_TOKENS_CUT) is True,
     )
+
+
+def _numbers(value: Any, kind: type) -> list[Any] | None:
+    """A list attribute of token ids (``int``) or logprobs (``float``); None when absent or
+    not such a list (a store that turned it into JSON text is read back too)."""
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, (list, tuple)):
+        return None
+    if kind is int:
+        return list(value) if all(type(v) is int for v in value) else None
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return [float(v) for v in value]
+    return None
 
 
 def merge_nested(outer: LLMCall, nested: Iterable[LLMCall]) -> LLMCall:

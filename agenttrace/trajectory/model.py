@@ -139,6 +139,9 @@ class EpisodeError(_ValueEquality):
         return cls(type=data.get("type"), message=data.get("message"), stack=data.get("stack"))
 
 
+_TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs")
+
+
 @dataclass(eq=False)
 class LLMCall(_ValueEquality):
     """One model call (a GenAI ``chat {model}`` span) made inside a step."""
@@ -155,6 +158,12 @@ class LLMCall(_ValueEquality):
     end_time: int | None = None
     error: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
+    #: What the server returned with token capture on (docs/tokens.md); in the JSON only then.
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
+    #: A token list was cut at the tokens_max setting (in the JSON only then).
+    tokens_cut: bool = False
 
     def to_dict(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -162,6 +171,13 @@ class LLMCall(_ValueEquality):
         data["output_messages"] = _content_data(self, "output_messages")
         data["finish_reasons"] = None if self.finish_reasons is None else list(self.finish_reasons)
         data["attributes"] = encode(self.attributes)
+        for key in _TOKEN_FIELDS:
+            if data[key] is None:
+                del data[key]
+            else:
+                data[key] = list(data[key])
+        if not data["tokens_cut"]:
+            del data["tokens_cut"]
         return data
 
     @classmethod
@@ -290,6 +306,9 @@ class Trajectory(_ValueEquality):
     missing_steps: list[int] = field(default_factory=list)
     #: Fields the trace storage cut or lost (field path -> reason); empty when rebuilt whole.
     lossy: dict[str, str] = field(default_factory=dict)
+    #: Scores given to the episode (name -> value; agenttrace.trajectory.scores), in the JSON
+    #: only when there are some.
+    scores: dict[str, float] = field(default_factory=dict)
     schema: str = SCHEMA
 
     @property
@@ -333,6 +352,7 @@ class Trajectory(_ValueEquality):
             "reset_info": _content_data(self, "reset_info"),
             "missing_steps": list(self.missing_steps),
             "lossy": dict(self.lossy),
+            **({"scores": dict(self.scores)} if self.scores else {}),
         }
 
     def to_json(self) -> str:
@@ -371,6 +391,7 @@ class Trajectory(_ValueEquality):
             ("reset_info", content_json(self, "reset_info")),
             ("missing_steps", _dump_json(list(self.missing_steps))),
             ("lossy", _dump_json(self.lossy) if self.lossy else "{}"),
+            *([("scores", _dump_json(self.scores))] if self.scores else []),
         ]
 
     @classmethod
@@ -403,6 +424,7 @@ class Trajectory(_ValueEquality):
                 reset_info=decode(data.get("reset_info")),
                 missing_steps=list(data.get("missing_steps") or ()),
                 lossy=dict(data.get("lossy") or {}),
+                scores=_scores(data.get("scores")),
             )
         except TrajectoryFormatError:
             raise
@@ -435,6 +457,20 @@ REQUIRED_KEYS = (
     "steps",
     "final_observation",
 )
+
+
+def _scores(value: Any) -> dict[str, float]:
+    """A trajectory's ``scores``: names to finite numbers (ValueError otherwise)."""
+    if not value:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"scores must be an object, got {type(value).__name__}")
+    scores = {}
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise ValueError(f"score {name!r} is not a number: {number!r}")
+        scores[str(name)] = float(number)
+    return scores
 
 
 def _require(data: dict, keys: tuple[str, ...], what: str) -> None:

@@ -31,6 +31,7 @@ from agenttrace.trajectory.records import SpanRecord, is_vector_step, split_vect
 
 _EPISODE_ID = sc.EPISODE_ID
 _VECTOR_STEP = sc.ENV_VECTOR_STEP
+_SCORE = sc.SCORE
 _TIMESTEP_INDEX = sc.TIMESTEP_INDEX
 _EPISODE = sc.EPISODE
 #: Span keys and ids of written episodes remembered to tell late records from unrelated ones.
@@ -106,6 +107,11 @@ class StreamingAssembler:
         self._due: deque[tuple[int, str]] = deque()
         self._written_spans: dict[SpanKey, None] = {}  # bounded, oldest first
         self._written_episodes: dict[str, None] = {}
+        # Score spans of episodes not seen yet (they join the episode if it comes), and those
+        # whose episode was written already or never came: the caller keeps them as score
+        # records (agenttrace.sinks.scores), which loaders merge.
+        self._early_scores: dict[str, list[SpanRecord]] = {}
+        self.late_scores: list[SpanRecord] = []
 
     @property
     def open_episodes(self) -> int:
@@ -131,7 +137,9 @@ class StreamingAssembler:
         else:
             if type(episode_id) is not str:
                 episode_id = str(episode_id)
-            if episode_id in self._written_episodes:
+            if record.name == _SCORE and episode_id not in self._open:
+                self._hold_score(episode_id, record)
+            elif episode_id in self._written_episodes:
                 counts.late += 1
             else:
                 self._attach(episode_id, record, sequence)
@@ -160,6 +168,9 @@ class StreamingAssembler:
         """Write every open episode as it is (incomplete ones marked so), oldest first."""
         left = sorted(self._open.items(), key=lambda item: item[1].order)
         done = [self._write(episode_id) for episode_id, _ in left]
+        for held in self._early_scores.values():  # their episode never came
+            self.late_scores.extend(held)
+        self._early_scores.clear()
         self.counts.unrelated += sum(len(orphans) for orphans in self._waiting.values())
         self._waiting.clear()
         self._waiting_since.clear()
@@ -196,6 +207,9 @@ class StreamingAssembler:
                 on_let_go=self._let_go,
             )
             episode = self._open[episode_id] = _OpenEpisode(sequence, assembly)
+            early = self._early_scores.pop(episode_id, None)
+            if early:
+                assembly.add(early)
         owner = self._owner
         written = self._written_spans
         waiting = self._waiting
@@ -242,6 +256,16 @@ class StreamingAssembler:
             owner.pop(key, None)
             written[key] = None
         _forget_oldest(written, _REMEMBERED)
+
+    def _hold_score(self, episode_id: str, record: SpanRecord) -> None:
+        """A score of an episode not open: late if it was written, else held for it."""
+        if episode_id in self._written_episodes:
+            self.late_scores.append(record)
+            return
+        self._early_scores.setdefault(episode_id, []).append(record)
+        if len(self._early_scores) > _REMEMBERED:  # (bounded: the oldest count as late)
+            oldest = next(iter(self._early_scores))
+            self.late_scores.extend(self._early_scores.pop(oldest))
 
     def _write(self, episode_id: str) -> Trajectory:
         episode = self._open.pop(episode_id)
