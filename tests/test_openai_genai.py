@@ -159,7 +159,13 @@ class ChatServer:
 
 def serve_chat() -> Iterator[ChatServer]:
     """A ChatServer on 127.0.0.1 for the duration of a test (a fixture's body)."""
-    chat = ChatServer()
+    yield from serving(ChatServer)
+
+
+def serving(server_class: type[ChatServer]) -> Iterator[ChatServer]:
+    """A server of ``server_class`` (ChatServer or a subclass) on 127.0.0.1 while the
+    generator runs."""
+    chat = server_class()
     chat.thread.start()
     try:
         yield chat

@@ -211,7 +211,41 @@ def test_apply_scores_orders_by_time_and_reward_goes_to_the_last_step() -> None:
     assert trajectory.return_ == 1.75
 
 
-def test_parquet_trajectories_keep_scores(tmp_path) -> None:
+def test_parquet_runs_keep_scores_and_a_scores_table(tmp_path) -> None:
+    """In-time scores in the trajectory row; late ones in the run's Parquet scores table
+    (and its scores.jsonl): merged once by the loader."""
     run = play(tmp_path, sinks=["parquet"])
     (trajectory,) = [t for t in load_trajectories(run) if t.episode_id == "ep-a"]
     assert trajectory.scores == {"judge": 0.75}
+    runtime = at.configure(out=str(tmp_path), run_name="play", sinks=["parquet"])
+    at.score("ep-b", 0.5, step=0)  # the same run folder, later: the episode is written
+    runtime.shutdown()
+    assert len(list(run.glob("scores-*.parquet"))) == 1 and (run / "scores.jsonl").is_file()
+    found = {t.episode_id: t for t in load_trajectories(run)}
+    assert found["ep-b"].steps[0].reward == 1.5 and found["ep-b"].return_ == 1.5
+
+
+def test_scores_are_counted_in_the_metrics_where_they_are_given(tmp_path) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    runtime = at.configure(
+        out=str(tmp_path), run_name="m", meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    at.score("gone-long-ago", 1.0)
+    at.score("gone-long-ago", -0.5, name="judge")
+    at.score("other", 2.0, name="judge")
+    runtime.shutdown()
+    points = {}
+    for resource in reader.get_metrics_data().resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    points[(metric.name, point.attributes["rl.score.name"])] = point.value
+    assert points == {
+        ("rl.scores", "reward"): 1,
+        ("rl.scores", "judge"): 2,
+        ("rl.score.sum", "reward"): 1.0,
+        ("rl.score.sum", "judge"): 1.5,
+    }

@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 import pytest
-from test_openai_genai import ChatServer
+from test_openai_genai import ChatServer, serving
 
 import agenttrace as at
 from agenttrace.cli.main import main
@@ -84,14 +84,7 @@ class VllmServer(ChatServer):
 
 @pytest.fixture
 def server():
-    chat = VllmServer()
-    chat.thread.start()
-    try:
-        yield chat
-    finally:
-        chat.httpd.shutdown()
-        chat.httpd.server_close()
-        chat.thread.join(timeout=10)
+    yield from serving(VllmServer)
 
 
 def test_the_served_responses_have_vllms_shape(server) -> None:

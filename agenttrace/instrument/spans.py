@@ -682,6 +682,8 @@ def score(
         here = current_episode_id() == checked.episode_id
         context = None if here else otel_context.Context()
         tracer.start_span(sc.SCORE, context=context, attributes=attributes).end()
+        if runtime.metrics is not None:
+            runtime.metrics.record_score(checked.name, checked.value)
     except Exception:
         _internal_error("recording a score")
 

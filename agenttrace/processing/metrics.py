@@ -36,6 +36,10 @@ EPISODE_RETURN_SUM = "rl.episode.return.sum"
 BUCKET_BOUND = "le"
 EPISODE_LENGTH = "rl.episode.length"
 EPISODE_DURATION = "rl.episode.duration"
+#: Scores given to episodes (agenttrace.trajectory.scores), by rl.score.name: how many, and
+#: their running sum (scores may be negative, so no histogram; the mean is sum / count).
+SCORES = "rl.scores"
+SCORE_SUM = "rl.score.sum"
 STEP_DURATION = "rl.step.duration"
 GEN_AI_OPERATION_DURATION = "gen_ai.client.operation.duration"
 GEN_AI_TOKEN_USAGE = "gen_ai.client.token.usage"
@@ -156,8 +160,25 @@ class EpisodeMetrics:
             description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=GEN_AI_TOKEN_BUCKETS,
         )
+        self.scores = meter.create_counter(
+            SCORES, unit="{score}", description="Scores given to episodes, by name."
+        )
+        self.score_sum = meter.create_up_down_counter(
+            SCORE_SUM, unit="1", description="Sum of the scores given to episodes, by name."
+        )
         self.failures = 0
         self._return_series: set[tuple[str, str | None]] = set()  # (status, env) seen
+
+    def record_score(self, name: str, value: float) -> None:
+        """A score, counted where it is given (once, whenever its episode was written)."""
+        try:
+            attributes = {sc.SCORE_NAME: name}
+            self.scores.add(1, attributes)
+            self.score_sum.add(value, attributes)
+        except Exception:
+            self.failures += 1
+            if self.failures == 1:
+                logger.exception("agenttrace: could not record a score metric; counting on")
 
     def record(self, summary: EpisodeSummary) -> None:
         try:

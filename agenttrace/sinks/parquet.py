@@ -20,8 +20,10 @@ from agenttrace._version import install_hint
 from agenttrace.sinks.files import TrajectoryLoadError, utf8_safe, warn_load_error
 from agenttrace.sinks.jsonl import check_basename
 from agenttrace.sinks.parts import PartWriter
+from agenttrace.sinks.scores import score_batch
 from agenttrace.trajectory.codec import encode
 from agenttrace.trajectory.model import Trajectory, content_json
+from agenttrace.trajectory.scores import Score
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -293,6 +295,7 @@ class ParquetSink:
             row_group_bytes=ROW_GROUP_BYTES,
             compression=compression,
         )
+        self._scores: PartWriter | None = None
         self._closed = False
 
     @property
@@ -316,16 +319,32 @@ class ParquetSink:
             ) from exc
         self._parts.add(batch)
 
+    def write_score(self, score: Score) -> None:
+        """A score that came after its episode's row: a row of the scores table
+        (``scores-NNNNN.parquet`` beside the trajectories; loaders merge it)."""
+        if self._scores is None:
+            self._scores = PartWriter(
+                self.folder,
+                basename="scores",
+                rows_per_file=self._parts.rows_per_file,
+                row_group_rows=ROW_GROUP_ROWS,
+                row_group_bytes=ROW_GROUP_BYTES,
+                compression=self._parts.compression,
+            )
+        self._scores.add(score_batch(score))
+
     def flush(self) -> None:
         """Finish the part in progress so it is a complete, readable file."""
         self._parts.finish()
+        if self._scores is not None:
+            self._scores.finish()
 
     def close(self) -> None:
         """Finish the part in progress; later writes raise."""
         if self._closed:
             return
         self._closed = True
-        self._parts.finish()
+        self.flush()
 
     def __repr__(self) -> str:
         return f"ParquetSink({str(self.folder)!r}, basename={self.basename!r})"

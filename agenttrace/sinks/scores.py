@@ -25,9 +25,38 @@ SCORES_SUFFIX = ".scores.jsonl"
 
 
 def is_score_file(path: Path) -> bool:
+    """A scores file: ``scores*.jsonl``, ``scores-NNNNN.parquet`` (the Parquet sinks' scores
+    table) or ``<name>.scores.jsonl``."""
     name = path.name
-    return (name.startswith(SCORES_BASENAME) and name.endswith(".jsonl")) or name.endswith(
-        SCORES_SUFFIX
+    return (
+        name.startswith(SCORES_BASENAME) and name.endswith((".jsonl", ".parquet"))
+    ) or name.endswith(SCORES_SUFFIX)
+
+
+def score_schema() -> Any:
+    """The scores table (Parquet): scores that came after their episode was written."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("type", pa.string()),
+            pa.field("episode_id", pa.string()),
+            pa.field("name", pa.string()),
+            pa.field("value", pa.float64()),
+            pa.field("step", pa.int64()),
+            pa.field("comment", pa.string()),
+            pa.field("time", pa.int64()),
+        ]
+    )
+
+
+def score_batch(score: Score) -> Any:
+    """One score as a row of the scores table."""
+    import pyarrow as pa
+
+    row, schema = score.to_dict(), score_schema()
+    return pa.RecordBatch.from_arrays(
+        [pa.array([row[field.name]], type=field.type) for field in schema], schema=schema
     )
 
 
@@ -67,12 +96,12 @@ def score_files_for(sources: Iterable[Path], trajectory_files: Iterable[Path]) -
     found: dict[Path, None] = {}
     for source in sources:
         if source.is_dir():
-            for path in sorted(source.rglob("*.jsonl")):
-                if is_score_file(path):
+            for path in sorted(source.rglob(f"*{SCORES_BASENAME}*")):
+                if is_score_file(path) and path.is_file():
                     found[path] = None
     for path in trajectory_files:
         folder = path.parent
-        for candidate in sorted(folder.glob("*.jsonl")):
+        for candidate in sorted(folder.glob(f"*{SCORES_BASENAME}*")):
             if is_score_file(candidate) and (
                 candidate.name.startswith(SCORES_BASENAME)
                 or candidate.name == _stem(path) + SCORES_SUFFIX
@@ -96,7 +125,17 @@ def read_scores(paths: Iterable[Path], report: Any = None) -> dict[str, list[Sco
 
     report = report or warn_load_error
     scores: dict[str, list[Score]] = {}
+    seen: set[Score] = set()  # (a score kept in two places, JSONL and Parquet, counts once)
+
+    def add(score: Score) -> None:
+        if score not in seen:
+            seen.add(score)
+            scores.setdefault(score.episode_id, []).append(score)
+
     for path in paths:
+        if path.name.endswith(".parquet"):
+            _read_parquet_scores(path, add, report)
+            continue
         try:
             handle = open(path, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
         except OSError as exc:
@@ -111,5 +150,22 @@ def read_scores(paths: Iterable[Path], report: Any = None) -> dict[str, list[Sco
                 except (ValueError, RecursionError) as exc:
                     report(TrajectoryLoadError(path, number, f"not a score record: {exc}"))
                     continue
-                scores.setdefault(score.episode_id, []).append(score)
+                add(score)
     return scores
+
+
+def _read_parquet_scores(path: Path, add: Any, report: Any) -> None:
+    from agenttrace.sinks.files import TrajectoryLoadError
+
+    try:
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+    except Exception as exc:  # (no pyarrow, or not a Parquet file: this file only)
+        report(TrajectoryLoadError(path, None, f"cannot read scores table: {exc}"))
+        return
+    for number, row in enumerate(rows):
+        try:
+            add(score_from_dict({**row, "type": row.get("type") or "score"}))
+        except ValueError as exc:
+            report(TrajectoryLoadError(path, number, f"not a score record: {exc}"))

@@ -36,6 +36,7 @@ from agenttrace import semconv as sc
 from agenttrace._version import install_hint
 from agenttrace.sinks.files import utf8_safe
 from agenttrace.sinks.parts import PartWriter
+from agenttrace.sinks.scores import score_batch
 from agenttrace.trajectory.codec import dumps, encode, loads
 from agenttrace.trajectory.model import Trajectory, content_json
 from agenttrace.trajectory.scores import Score
@@ -306,21 +307,6 @@ def episode_schema() -> Any:
     )
 
 
-def score_schema() -> Any:
-    """The scores table: scores that came after their episode's row was written."""
-    pa = _pyarrow()
-    return pa.schema(
-        [
-            pa.field("episode_id", pa.string()),
-            pa.field("name", pa.string()),
-            pa.field("value", pa.float64()),
-            pa.field("step", pa.int64()),
-            pa.field("comment", pa.string()),
-            pa.field("time", pa.int64()),
-        ]
-    )
-
-
 def _number(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -484,14 +470,7 @@ class StepTablesSink:
 
     def write_score(self, score: Score) -> None:
         """A score that came after its episode's row: a row of the scores table."""
-        pa = self._pa
-        row = score.to_dict()
-        schema = score_schema()
-        self._scores.add(
-            pa.RecordBatch.from_arrays(
-                [pa.array([row[field.name]], type=field.type) for field in schema], schema=schema
-            )
-        )
+        self._scores.add(score_batch(score))
 
     def flush(self) -> None:
         """Finish the parts in progress so they are complete, readable files."""
