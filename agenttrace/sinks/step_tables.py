@@ -403,38 +403,28 @@ class StepTablesSink:
     ) -> None:
         self._pa = _pyarrow()
         self.folder = Path(folder)
-        self._steps = PartWriter(
-            self.folder / STEPS_FOLDER,
-            basename="steps",
-            rows_per_file=rows_per_file,
-            row_group_rows=row_group_rows,
-            row_group_bytes=ROW_GROUP_BYTES,
-            compression=compression,
-        )
-        self._episodes = PartWriter(
-            self.folder / EPISODES_FOLDER,
-            basename="episodes",
-            rows_per_file=rows_per_file,
-            row_group_rows=max(1, row_group_rows // 64),
-            row_group_bytes=ROW_GROUP_BYTES,
-            compression=compression,
-        )
-        self._scores = PartWriter(
-            self.folder / SCORES_FOLDER,
-            basename="scores",
-            rows_per_file=rows_per_file,
-            row_group_rows=row_group_rows,
-            row_group_bytes=ROW_GROUP_BYTES,
-            compression=compression,
-        )
+
+        def table(name: str, basename: str, group_rows: int) -> PartWriter:
+            return PartWriter(
+                self.folder / name,
+                basename=basename,
+                rows_per_file=rows_per_file,
+                row_group_rows=group_rows,
+                row_group_bytes=ROW_GROUP_BYTES,
+                compression=compression,
+            )
+
+        self._steps = table(STEPS_FOLDER, "steps", row_group_rows)
+        self._episodes = table(EPISODES_FOLDER, "episodes", max(1, row_group_rows // 64))
+        self._scores = table(SCORES_FOLDER, "scores", row_group_rows)
         self._columns: dict[str, Any] = {name: None for name in INFERRED}
         self._closed = False
 
     @property
     def table_paths(self) -> list[Path]:
-        """The finished part files of both tables, oldest first (not ``paths``: they are not
+        """The finished part files of the tables, oldest first (not ``paths``: they are not
         trajectory files, which ``load_trajectories`` reads)."""
-        return [*self._steps.paths, *self._episodes.paths]
+        return [*self._steps.paths, *self._episodes.paths, *self._scores.paths]
 
     def write(self, trajectory: Trajectory) -> None:
         """Add the episode's step rows and its episode row (both, or neither)."""
