@@ -251,6 +251,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Size at which trajectory and span JSONL files rotate to a new part.",
     ),
     Setting(
+        "lean_spans",
+        "AGENTTRACE_LEAN_SPANS",
+        _parse_bool,
+        True,
+        "Start agenttrace's own spans without the SDK's per-span sampler call and attribute "
+        "re-checks when the provider uses the default sampler, id generator and limits (the "
+        "same SDK spans reach every processor; docs/writer.md, Overhead). false: always the "
+        "SDK's own path.",
+    ),
+    Setting(
         "tokens",
         "AGENTTRACE_TOKENS",
         _parse_bool,
@@ -417,6 +427,7 @@ class Settings:
     block_timeout: float
     writer: str
     jsonl_max_bytes: int
+    lean_spans: bool
     tokens: bool
     tokens_max: int
     group_id: str | None

@@ -249,3 +249,37 @@ def test_scores_are_counted_in_the_metrics_where_they_are_given(tmp_path) -> Non
         ("rl.score.sum", "reward"): 1.0,
         ("rl.score.sum", "judge"): 1.5,
     }
+
+
+def test_score_records_and_spans_read_back_every_field() -> None:
+    from agenttrace import semconv as sc
+    from agenttrace.trajectory.records import SpanRecord
+    from agenttrace.trajectory.scores import Score, score_from_dict, score_from_record
+
+    record = {"type": "score", "episode_id": "e", "value": 2, "step": 3, "comment": "ok", "time": 5}
+    assert score_from_dict(record) == Score("e", "reward", 2.0, 3, "ok", 5)  # name: reward
+    assert score_from_dict({**record, "name": "judge"}).name == "judge"
+    with pytest.raises(ValueError, match="not a score record"):
+        score_from_dict({**record, "type": "trajectory"})
+    with pytest.raises(ValueError, match="time must be an int"):
+        score_from_dict({**record, "time": "later"})
+    with pytest.raises(ValueError, match="comment must be a string"):
+        score_from_dict({**record, "comment": 7})
+    span = SpanRecord(
+        trace_id=1,
+        span_id=2,
+        parent_span_id=0,
+        name=sc.SCORE,
+        start_time=10,
+        end_time=20,
+        attributes={
+            sc.EPISODE_ID: "e",
+            sc.SCORE_VALUE: 0.5,
+            sc.SCORE_STEP: 1,
+            sc.SCORE_COMMENT: "why",
+        },
+    )
+    assert score_from_record(span) == Score("e", "reward", 0.5, 1, "why", 20)
+    assert score_from_record(span._replace(end_time=None)).time == 10
+    named = span._replace(attributes={**span.attributes, sc.SCORE_NAME: "judge"})
+    assert score_from_record(named).name == "judge"

@@ -199,11 +199,24 @@ def test_tokens_export_has_the_servers_ids_logprobs_and_an_exact_loss_mask(
     assert main(["export", "--from", source, "--out", str(per_call), *options]) == 0
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(per_call).to_pylist()
+    table = pq.read_table(per_call)
+    import pyarrow as pa
+
+    assert table.schema.field("loss_mask").type.value_type == pa.int8()
+    assert table.schema.field("response_logprobs").type.value_type == pa.float64()
+    rows = table.to_pylist()
     assert [r["response_ids"] for r in rows] == completion
     assert [r["prompt_ids"] for r in rows] == prompts
     assert [r["loss_mask"] for r in rows] == [[1] * n0, [1] * n1]
+    assert [r["response_logprobs"] for r in rows] == logprobs
     assert [r["reward"] for r in rows] == [0.25, 1.0]
+    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["turn_ends"] for r in rows] == [[n0], [n1]]
+    assert rows[0]["token_rewards"] == [0.0] * (n0 - 1) + [0.25]
+    assert rows[1]["token_rewards"] == [0.0] * (n1 - 1) + [1.0]
+    for r in [*rows, row]:
+        assert (r["episode_id"], r["task_id"], r["group_id"]) == (episode_id, "weather", None)
+        assert r["status"] == "completed"
 
 
 def test_token_capture_is_off_by_default_and_bounded(server, tmp_path, monkeypatch) -> None:

@@ -32,6 +32,7 @@ from agenttrace._logging import internal_error as _internal_error
 from agenttrace._secrets import REDACTED, is_secret_name
 from agenttrace.instrument.arguments import CallArguments, Parameters
 from agenttrace.instrument.extractors import _UNSET
+from agenttrace.instrument.lean_spans import lean_starter, set_clean_attributes
 from agenttrace.trajectory import codec
 
 if TYPE_CHECKING:
@@ -180,6 +181,16 @@ def content_text(runtime: pipeline.AgentTrace | None, key: str, value: Any) -> s
     return codec.dumps(value, redact_secrets=True)
 
 
+def _lean_starter(runtime: pipeline.AgentTrace) -> Any:
+    """The runtime's lean span starter (None: the SDK's own path), worked out once."""
+    try:
+        return runtime._agenttrace_lean_start  # type: ignore[attr-defined]
+    except AttributeError:
+        starter = lean_starter(runtime.tracer) if runtime.settings.lean_spans else None
+        runtime._agenttrace_lean_start = starter  # type: ignore[attr-defined]
+        return starter
+
+
 class _Frame:
     """What child spans need from the context: the episode and the current step index."""
 
@@ -217,6 +228,8 @@ class _Scope:
     #: The context to start the span in, when not the current one (an env's own episode,
     #: agenttrace.instrument.env_episodes).
     _parent: otel_context.Context | None = None
+    #: Started by the lean path: attributes agenttrace builds go in unchecked.
+    _lean = False
 
     def __init__(
         self,
@@ -271,9 +284,14 @@ class _Scope:
             self._frame = frame
             if frame is not None and frame.episode is not None:
                 attributes[sc.EPISODE_ID] = frame.episode.episode_id
-            span = self._tracer(runtime).start_span(
-                self._span_name(), context=parent, kind=self.kind, attributes=attributes
-            )
+            start_lean = _lean_starter(runtime) if self._tracer_provider is None else None
+            if start_lean is not None:  # (agenttrace.instrument.lean_spans)
+                span = start_lean(self._span_name(), parent, self.kind, attributes)
+                self._lean = True
+            else:
+                span = self._tracer(runtime).start_span(
+                    self._span_name(), context=parent, kind=self.kind, attributes=attributes
+                )
             ctx = trace.set_span_in_context(span, parent)
             # That Context is a fresh copy nobody else holds yet: adding our keys to it in
             # place saves a copy of the whole context per key (Context forbids item
@@ -315,7 +333,7 @@ class _Scope:
             pending, self._pending = self._pending, None
             if pending:
                 try:
-                    span.set_attributes(pending)
+                    self._set_built(span, pending)
                 except Exception:
                     _internal_error(f"ending a {self.role} span")
             span.end()
@@ -394,7 +412,15 @@ class _Scope:
         if self._pending is not None:
             self._pending.update(attributes)
         elif attributes:
-            self._span.set_attributes(attributes)  # type: ignore[union-attr]
+            self._set_built(self._span, attributes)
+
+    def _set_built(self, span: Any, attributes: dict[str, Any]) -> None:
+        """Attributes agenttrace built (clean values) onto its span: without a second check
+        on a lean span (agenttrace.instrument.lean_spans), else through the SDK."""
+        if self._lean:
+            set_clean_attributes(span, attributes)
+        else:
+            span.set_attributes(attributes)
 
     def _content(self, key: str, value: Any) -> str | None:
         return content_text(self._runtime, key, value)

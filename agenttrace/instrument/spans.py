@@ -153,7 +153,7 @@ class StepScope(_Scope):
             if self._pending is not None:
                 self._pending[key] = text
             else:
-                self._span.set_attribute(key, text)
+                self._set_built(self._span, {key: text})
         except Exception:
             _internal_error(f"recording on a {self.role} span")
 
