@@ -133,9 +133,7 @@ class _Starter:
         span_context = SpanContext(
             trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=trace_state
         )
-        decision = (
-            sampling.Decision.RECORD_AND_SAMPLE if flags.sampled else sampling.Decision.DROP
-        )
+        decision = sampling.Decision.RECORD_AND_SAMPLE if flags.sampled else sampling.Decision.DROP
         record_end_metrics = self._metrics.start_span(parent, decision)
         if not flags.sampled:
             return NonRecordingSpan(context=span_context)
