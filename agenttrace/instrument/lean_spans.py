@@ -27,12 +27,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry import trace as trace_api
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 try:
     from opentelemetry.sdk import trace as sdk_trace
     from opentelemetry.sdk.trace import sampling
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    from opentelemetry.sdk.util import BoundedList
 except ImportError:  # (the API alone: there is nothing to make cheaper)
     sdk_trace = None  # type: ignore[assignment]
 
@@ -41,6 +50,10 @@ _MOST_ATTRIBUTES = 64
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _RANDOM = getattr(TraceFlags, "RANDOM_TRACE_ID", 0)
+_SAMPLED_RANDOM = TraceFlags(_SAMPLED | _RANDOM)
+_UNSET_STATUS = Status(StatusCode.UNSET)  # (immutable: the SDK shares one default too)
+_new_object = object.__new__
+_Lock = threading.Lock
 _getrandbits = random.getrandbits
 
 SpanStarter = Callable[[str, Any, SpanKind, Mapping[str, Any]], Any]
@@ -104,13 +117,114 @@ def _layout_ok(tracer: Any, span_class: type) -> bool:
     )
 
 
+#: What ``Span.__init__`` sets on a span of ours, and on its attribute dict's container: the
+#: fast construction below sets exactly these, or is not used.
+_SPAN_FIELDS = frozenset(
+    {
+        "_attributes", "_context", "_end_time", "_events", "_instrumentation_info",
+        "_instrumentation_scope", "_kind", "_limits", "_links", "_lock", "_name", "_parent",
+        "_record_end_metrics", "_record_exception", "_resource", "_sampler",
+        "_set_status_on_exception", "_span_processor", "_start_time", "_status",
+        "_trace_config",
+    }
+)  # fmt: skip
+_ATTRIBUTE_FIELDS = frozenset(
+    {"_dict", "_immutable", "_lock", "dropped", "max_value_len", "maxlen"}
+)
+
+
 class _Starter:
-    __slots__ = ("_metrics", "_span_class", "_tracer")
+    __slots__ = ("_fixed", "_limits", "_metrics", "_new_span", "_span_class", "_tracer")
 
     def __init__(self, tracer: Any, span_class: type) -> None:
         self._tracer = tracer
         self._span_class = span_class
         self._metrics = tracer._tracer_metrics
+        self._limits = tracer._span_limits
+        # The fields every span of this tracer shares, as Span.__init__ sets them.
+        self._fixed = {
+            "_instrumentation_info": tracer.instrumentation_info,
+            "_instrumentation_scope": tracer._instrumentation_scope,
+            "_resource": tracer.resource,
+            "_sampler": tracer.sampler,
+            "_trace_config": None,
+            "_record_exception": True,
+            "_set_status_on_exception": True,
+            "_span_processor": tracer.span_processor,
+            "_limits": self._limits,
+            "_start_time": None,
+            "_end_time": None,
+        }
+        self._new_span = self._construct if self._construction_matches() else self._sdk_construct
+
+    def _construction_matches(self) -> bool:
+        """Whether :meth:`_construct` gives a span with exactly the fields the SDK's
+        constructor gives (checked once; another SDK version gets the constructor)."""
+        try:
+            context = SpanContext(1, 1, is_remote=False)
+            ours = self._construct("probe", context, None, SpanKind.INTERNAL, {"k": 1}, None)
+            sdk = self._sdk_construct("probe", context, None, SpanKind.INTERNAL, {"k": 1}, None)
+            return (
+                set(vars(ours)) == set(vars(sdk)) == _SPAN_FIELDS
+                and set(vars(ours._attributes)) == set(vars(sdk._attributes)) == _ATTRIBUTE_FIELDS
+                and type(ours._events) is type(sdk._events)
+                and type(ours._links) is type(sdk._links)
+                and ours._status.status_code is sdk._status.status_code
+                and ours._attributes._dict == sdk._attributes._dict
+            )
+        except Exception:
+            return False
+
+    def _sdk_construct(
+        self, name: str, context: Any, parent: Any, kind: SpanKind, attributes: Any, metrics: Any
+    ) -> Any:
+        tracer = self._tracer
+        span = self._span_class(
+            name=name,
+            context=context,
+            parent=parent,
+            sampler=tracer.sampler,
+            resource=tracer.resource,
+            span_processor=tracer.span_processor,
+            kind=kind,
+            instrumentation_info=tracer.instrumentation_info,
+            limits=self._limits,
+            instrumentation_scope=tracer._instrumentation_scope,
+            record_end_metrics=metrics,
+        )
+        if attributes:
+            span._attributes._dict.update(attributes)
+        return span
+
+    def _construct(
+        self, name: str, context: Any, parent: Any, kind: SpanKind, attributes: Any, metrics: Any
+    ) -> Any:
+        """``Span.__init__``'s result without its per-span work: the shared fields copied in,
+        fresh lock, attribute container, event and link lists."""
+        limits = self._limits
+        span = _new_object(self._span_class)
+        fields = span.__dict__
+        fields.update(self._fixed)
+        fields["_name"] = name
+        fields["_context"] = context
+        fields["_parent"] = parent
+        fields["_kind"] = kind
+        fields["_status"] = _UNSET_STATUS
+        fields["_lock"] = _Lock()
+        fields["_record_end_metrics"] = metrics
+        container = _new_object(BoundedAttributes)
+        container.__dict__.update(
+            _dict=dict(attributes) if attributes else {},
+            maxlen=limits.max_span_attributes,
+            dropped=0,
+            max_value_len=None,
+            _lock=_Lock(),
+            _immutable=False,
+        )
+        fields["_attributes"] = container
+        fields["_events"] = BoundedList(limits.max_events)
+        fields["_links"] = BoundedList(limits.max_links)
+        return span
 
     def start(self, name: str, context: Any, kind: SpanKind, attributes: Mapping[str, Any]) -> Any:
         tracer = self._tracer
@@ -120,7 +234,7 @@ class _Starter:
         if parent is None or not parent.is_valid:
             parent = None
             trace_id = _getrandbits(128) or 1
-            flags = TraceFlags(_SAMPLED | _RANDOM)
+            flags = _SAMPLED_RANDOM
             trace_state = None
         else:
             trace_id = parent.trace_id
@@ -137,21 +251,7 @@ class _Starter:
         record_end_metrics = self._metrics.start_span(parent, decision)
         if not flags.sampled:
             return NonRecordingSpan(context=span_context)
-        span = self._span_class(
-            name=name,
-            context=span_context,
-            parent=parent,
-            sampler=tracer.sampler,
-            resource=tracer.resource,
-            span_processor=tracer.span_processor,
-            kind=kind,
-            instrumentation_info=tracer.instrumentation_info,
-            limits=tracer._span_limits,
-            instrumentation_scope=tracer._instrumentation_scope,
-            record_end_metrics=record_end_metrics,
-        )
-        if attributes:
-            span._attributes._dict.update(attributes)
+        span = self._new_span(name, span_context, parent, kind, attributes, record_end_metrics)
         span.start(parent_context=context)
         return span
 
