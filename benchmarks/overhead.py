@@ -46,7 +46,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from rounds import measure, parse_arguments
-from traced_loop import count_spans, play_traced
+from traced_loop import configure_full_pipeline, count_spans, play_traced
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -163,15 +163,11 @@ def run_minari(env, steps: int, folder: Path, name: str) -> tuple[int, int]:
 def run_agenttrace(
     env, steps: int, out: Path, writer: str, metrics: bool
 ) -> tuple[int, int, at.AgentTrace]:
-    runtime = at.configure(
-        out=str(out),
-        run_name=uuid.uuid4().hex,
-        sinks=["jsonl", "parquet"],
-        spans=["file"],
-        writer=writer,
+    runtime = configure_full_pipeline(
+        out,
+        writer,
         meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]) if metrics else None,
         metrics="auto" if metrics else "none",
-        exit_report=False,  # each round's pipeline; the benchmark reports itself
     )
     done_steps, episodes = play_traced(env, steps)
     runtime.force_flush()

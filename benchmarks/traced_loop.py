@@ -5,6 +5,7 @@ per step a timestep with an agent.act and an env.step; and counting the spans it
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +47,17 @@ def count_spans(paths: list[Path]) -> int:
                     for scope in resource["scopeSpans"]:
                         total += len(scope["spans"])
     return total
+
+
+def configure_full_pipeline(out: Path, writer: str, **options: Any) -> at.AgentTrace:
+    """agenttrace as the benchmarks measure it: JSONL and Parquet trajectories and the span
+    file, a run folder of its own per round, no exit line (the benchmark reports itself)."""
+    return at.configure(
+        out=str(out),
+        run_name=uuid.uuid4().hex,
+        sinks=["jsonl", "parquet"],
+        spans=["file"],
+        writer=writer,
+        exit_report=False,
+        **options,
+    )

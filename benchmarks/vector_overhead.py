@@ -31,7 +31,7 @@ import numpy as np
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from rounds import measure, parse_arguments
-from traced_loop import count_spans
+from traced_loop import configure_full_pipeline, count_spans
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -153,14 +153,7 @@ def run_agenttrace(
     envs, vector_steps: int, out: Path, writer: str
 ) -> tuple[int, int, at.AgentTrace]:
     """(sub-env steps played, calls that stepped at least one, the pipeline)."""
-    runtime = at.configure(
-        out=str(out),
-        run_name=uuid.uuid4().hex,
-        sinks=["jsonl", "parquet"],
-        spans=["file"],
-        writer=writer,
-        exit_report=False,
-    )
+    runtime = configure_full_pipeline(out, writer)
     traced = TracedVectorEnv(envs)
     observations, _ = traced.reset(seed=0)
     pending = np.zeros(NUM_ENVS, dtype=bool)
