@@ -1279,3 +1279,36 @@ def test_decorated_functions_record_arguments_however_they_are_passed(mem) -> No
         (sc.AGENT_ACT, "[3,4]", '"left"'),
         (sc.ENV_STEP, "[0.0]", '"right"'),
     ]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [("o", None, True), ("o", None, False, True, {"i": 1}), ("o", None, True, {"i": 1})],
+    ids=["obs-none-done", "gymnasium-none-truncated", "old-gym-none-done"],
+)
+def test_a_none_reward_is_still_a_step_and_its_flags_count(tmp_path, result):
+    """Runners return ``(obs, None, done)``: the step stays, its flags are kept, and every
+    file format holds the missing reward as a null."""
+    from agenttrace.sinks import load_trajectories
+    from agenttrace.sinks.step_tables import read_step_tables
+
+    found = at.extract_step(result)
+    assert found is not None and found.reward is None
+    runtime = at.configure(out=str(tmp_path), run_name="none", sinks=["jsonl", "parquet", "steps"])
+    with at.episode():
+        with at.env_step() as step:
+            step.record_result(("first", 1.0, False, False, {}))
+        with at.env_step() as step:
+            step.record_result(result)
+    runtime.shutdown()
+    done = bool(found.terminated or found.truncated)
+    for path in runtime.trajectory_paths:  # JSONL and Parquet
+        (trajectory,) = load_trajectories([path])
+        assert [s.reward for s in trajectory.steps] == [1.0, None]
+        last = trajectory.steps[-1]
+        assert (last.terminated, last.truncated) == (found.terminated, bool(found.truncated))
+        assert trajectory.return_ == 1.0 and done
+        expected = sc.STATUS_COMPLETED if found.terminated else sc.STATUS_TRUNCATED
+        assert trajectory.status == expected
+    steps, _ = read_step_tables(tmp_path / "none")
+    assert steps["reward"].to_pylist() == [1.0, None]

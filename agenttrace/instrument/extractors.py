@@ -10,7 +10,9 @@ Built-in shapes (``extract_step`` tries them in this order):
 * objects with ``reward`` and ``done`` attributes (e.g. a runner's ``TimeStep(chats, reward,
   done, ...)``).
 
-Anything else is not a step result (``None``): the value is then just recorded as content.
+In every shape the reward may be ``None`` (runners allow it): the step is still a step, its
+termination flags recorded. Anything else is not a step result (``None``): the value is then
+just recorded as content.
 Named extractors (``EXTRACTORS``) let auto-instrumentation targets pick one explicitly.
 """
 
@@ -41,6 +43,11 @@ def _is_number(value: Any) -> bool:
     )
 
 
+def _is_reward(value: Any) -> bool:
+    """A number, or None: a step without a reward is still a step (its flags count)."""
+    return value is None or _is_number(value)
+
+
 def _is_flag(value: Any) -> bool:
     return isinstance(value, bool) or (
         hasattr(value, "dtype") and getattr(value, "dtype", None) == bool  # noqa: E721
@@ -50,7 +57,7 @@ def _is_flag(value: Any) -> bool:
 def from_gymnasium(result: Any) -> StepResult | None:
     if isinstance(result, tuple) and len(result) == 5:
         obs, reward, terminated, truncated, info = result
-        if _is_number(reward) and _is_flag(terminated) and _is_flag(truncated):
+        if _is_reward(reward) and _is_flag(terminated) and _is_flag(truncated):
             return StepResult(obs, reward, bool(terminated), bool(truncated), None, info)
     return None
 
@@ -59,7 +66,7 @@ def from_done_tuple(result: Any) -> StepResult | None:
     """``(obs, reward, done)`` and old gym's ``(obs, reward, done, info)``."""
     if isinstance(result, tuple) and len(result) in (3, 4):
         obs, reward, done = result[:3]
-        if _is_number(reward) and _is_flag(done):
+        if _is_reward(reward) and _is_flag(done):
             info = result[3] if len(result) == 4 else _UNSET
             return StepResult(obs, reward, bool(done), False, None, info)
     return None
