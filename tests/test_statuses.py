@@ -666,3 +666,66 @@ async def test_an_agent_cancelled_before_its_env_step_still_counts_in_the_length
         assert trajectory.status == sc.STATUS_CANCELLED
         assert trajectory.length == len(trajectory.steps) == 3
         assert trajectory.missing_steps == []
+
+
+@pytest.mark.parametrize("role", ["env.step", "agent.act", "llm"])
+def test_a_step_error_the_runner_catches_makes_the_episode_errored_too(pipeline, role):
+    """One rule with the reset's: the runner catches the exception of its third step and
+    returns the two steps before it with error_info; the episode errored with that exception,
+    live and offline, and the raising step keeps what it recorded (no outcome)."""
+
+    def failing_call() -> None:
+        if role == "env.step":
+            scope = at.env_step()
+        elif role == "agent.act":
+            scope = at.agent_act()
+        else:
+            scope = at.llm_call(model="m")
+        with scope:
+            raise ConnectionError(f"the {role} server went away")
+
+    @at.episode
+    def play_episode() -> dict:
+        timesteps = []
+        try:
+            for t in range(5):
+                if t == 2:
+                    failing_call()
+                with at.env_step() as step:
+                    step.record(action=t, reward=1.0)
+                timesteps.append(t)
+        except ConnectionError as exc:
+            return {"timesteps": timesteps, "error_info": str(exc)}
+        return {"timesteps": timesteps}
+
+    returned = play_episode()
+    assert returned == {"timesteps": [0, 1], "error_info": f"the {role} server went away"}
+    result = read_run(pipeline)
+    for trajectory in (result.live[0], result.offline[0]):
+        assert trajectory.status == sc.STATUS_ERRORED
+        assert trajectory.error.type == "ConnectionError"
+        assert trajectory.error.message == f"the {role} server went away"
+        assert [s.reward for s in trajectory.steps[:2]] == [1.0, 1.0]
+        assert trajectory.return_ == 2.0
+
+
+def test_an_error_of_the_runners_own_code_is_not_a_step_error(pipeline) -> None:
+    """Only the roles that talk to the environment or the model count: an exception the
+    runner's own code raises through a timestep (and catches outside it) changes nothing."""
+
+    @at.episode
+    def play_episode() -> None:
+        for t in range(2):
+            try:
+                with at.timestep():
+                    with at.env_step() as step:
+                        step.record(action=t, reward=1.0, terminated=t == 1)
+                    if t == 0:
+                        raise KeyError("a cache miss after the step")
+            except KeyError:
+                pass
+
+    play_episode()
+    (trajectory,) = read_run(pipeline).live
+    assert trajectory.status == sc.STATUS_COMPLETED and trajectory.error is None
+    assert [s.reward for s in trajectory.steps] == [1.0, 1.0]

@@ -36,6 +36,7 @@ class LLMCallScope(_Scope):
 
     role = "llm"
     kind = SpanKind.CLIENT
+    _notes_errors = True
     _step_index: int | None = None  # the step the call belongs to, when known at its start
     _turn = False  # the call is (part of) an agent turn of its own
 

@@ -47,6 +47,7 @@ class _EpisodeState:
     """Per-episode bookkeeping shared by the episode's descendant spans."""
 
     __slots__ = (
+        "caught_error",
         "env_key",
         "episode_id",
         "folded_below",
@@ -56,7 +57,6 @@ class _EpisodeState:
         "last_flags",
         "length",
         "next_index",
-        "reset_error",
         "rewards",
         "runtime",
         "status",
@@ -86,8 +86,14 @@ class _EpisodeState:
         self.status: str | None = None
         self.env_key: int | None = None
         self.handle: EpisodeScope | None = None
-        # An exception that ended an env.reset span of this episode (the runner may catch it).
-        self.reset_error: Exception | None = None
+        # The first exception that ended an env.reset, env.step, agent.act or llm span of this
+        # episode: the episode errored with it, even when the runner caught it.
+        self.caught_error: Exception | None = None
+
+    def note_error(self, exc: BaseException | None) -> None:
+        """A step-like span of this episode ended with ``exc`` (cancellations aside)."""
+        if self.caught_error is None and isinstance(exc, Exception) and not _is_cancel(exc):
+            self.caught_error = exc
 
     @property
     def return_(self) -> float:
@@ -230,6 +236,9 @@ class _Scope:
     _parent: otel_context.Context | None = None
     #: Started by the lean path: attributes agenttrace builds go in unchecked.
     _lean = False
+    #: An exception that ends a span of this role makes its episode errored, even when the
+    #: runner catches it (env.reset, env.step, agent.act, model calls).
+    _notes_errors = False
 
     def __init__(
         self,
@@ -326,6 +335,9 @@ class _Scope:
             if exc is not None and isinstance(exc, Exception) and not _is_cancel(exc):
                 span.record_exception(exc, escaped=True)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                frame = self._frame
+                if self._notes_errors and frame is not None and frame.episode is not None:
+                    frame.episode.note_error(exc)
             self._finishing(exc)
         except Exception:
             _internal_error(f"ending a {self.role} span")

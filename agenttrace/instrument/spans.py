@@ -212,10 +212,7 @@ class EnvResetScope(StepScope):
     def _on_return(self, result: Any) -> None:
         self.record_result(result)
 
-    def _finishing(self, exc: BaseException | None) -> None:
-        episode = self._frame.episode if self._frame else None
-        if episode is not None and isinstance(exc, Exception) and not _is_cancel(exc):
-            episode.reset_error = exc
+    _notes_errors = True
 
 
 class TimestepScope(StepScope):
@@ -240,6 +237,7 @@ class TimestepScope(StepScope):
 class AgentActScope(StepScope):
     role = sc.AGENT_ACT
     _priority = 3
+    _notes_errors = True
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         index = self._index
@@ -267,6 +265,7 @@ class AgentActScope(StepScope):
 class EnvStepScope(StepScope):
     role = sc.ENV_STEP
     _priority = 4
+    _notes_errors = True
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         episode = frame.episode if frame else None
@@ -559,11 +558,12 @@ class EpisodeScope(_Scope):
                 status = sc.STATUS_CANCELLED
             elif isinstance(exc, Exception):
                 status = sc.STATUS_ERRORED
-            elif state.length == 0 and state.reset_error is not None:
-                # The reset failed and the runner caught it (returning an empty trajectory
-                # with its error, say): the episode errored, with the reset's exception.
+            elif state.caught_error is not None:
+                # An env.reset, env.step, agent.act or model call raised and the runner caught
+                # it (returning a shorter trajectory with its error, say): one rule, the
+                # episode errored with that exception (docs/tracing-api.md, Errors).
                 status = sc.STATUS_ERRORED
-                error = state.reset_error
+                error = state.caught_error
                 self._span.record_exception(error)
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
             else:
@@ -572,7 +572,7 @@ class EpisodeScope(_Scope):
                     status = sc.STATUS_COMPLETED
                 else:
                     status = sc.STATUS_TRUNCATED
-        if status == sc.STATUS_ERRORED and exc is None and state.reset_error is None:
+        if status == sc.STATUS_ERRORED and exc is None and state.caught_error is None:
             self._span.set_status(Status(StatusCode.ERROR, "episode errored"))
         self._span.set_attributes(
             {
