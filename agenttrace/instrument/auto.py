@@ -73,6 +73,7 @@ from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.scope import CallHooks, _Scope, trace_callable
 from agenttrace.instrument.spans import EpisodeScope
 from agenttrace.instrument.targets import (
+    ATTRIBUTE_OPTION,
     RECEIVER_NAME,
     ROLES,
     SETTINGS,
@@ -304,8 +305,8 @@ def _template(target: Target, tracer_provider: Any) -> _Scope:
     options.update((known[name][1], value) for name, value in target.settings.items())
     if base in ENV_EPISODE_SCOPES and config.read_setting_or("env_episodes", True):
         base = ENV_EPISODE_SCOPES[base]  # outside any episode, the env delimits its own
-    per_call = _paths(target, lambda name: name in EpisodeScope.PER_CALL_OPTIONS)
-    arguments = _paths(target, lambda name: name not in EpisodeScope.PER_CALL_OPTIONS)
+    per_call = _paths(target, _is_per_call)
+    arguments = _paths(target, lambda name: not _is_per_call(name))
     if per_call:
         base = _PerCallEpisodeScope
     if not arguments:
@@ -317,6 +318,11 @@ def _template(target: Target, tracer_provider: Any) -> _Scope:
         template._per_call = per_call  # type: ignore[attr-defined]
     template._context_mark = _mark_for(target.role, target.attribute)
     return template
+
+
+def _is_per_call(name: str) -> bool:
+    """An episode option set before its span starts: its id, names, group, attributes."""
+    return name in EpisodeScope.PER_CALL_OPTIONS or name.startswith(ATTRIBUTE_OPTION)
 
 
 def _paths(

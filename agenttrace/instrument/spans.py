@@ -31,6 +31,7 @@ from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._logging import warn_once as _warn_once
+from agenttrace._secrets import is_secret_name
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, batch_size, extract_reset
@@ -39,6 +40,7 @@ from agenttrace.instrument.scope import (
     _Frame,
     _is_cancel,
     _Scope,
+    content_text,
     current_episode_id,
 )
 from agenttrace.trajectory.scores import checked_score
@@ -446,6 +448,9 @@ class EpisodeScope(_Scope):
         """
         if value is None or self._span is not None:
             return
+        if option.startswith("attributes."):
+            self._set_argument_attribute(option[len("attributes.") :], value)
+            return
         if option == "episode_id":
             text = str(value)
             if text:
@@ -470,6 +475,31 @@ class EpisodeScope(_Scope):
         }[option]
         scalar = isinstance(value, (int, float)) and not isinstance(value, bool)
         self._attributes = {**self._attributes, key: value if scalar else str(value)}
+
+    def _set_argument_attribute(self, name: str, value: Any) -> None:
+        """A whole argument (``reset_kwargs``) as the episode's attribute ``name``: numbers
+        and text as they are, anything else as JSON text through the content policy (secrets
+        redacted, the redact hook, withheld with content off), at most
+        :data:`ARGUMENT_ATTRIBUTE_MAX` characters."""
+        if is_secret_name(name):
+            return
+        if isinstance(value, (str, bool, int, float)):
+            text: Any = value
+        else:
+            text = content_text(self._resolve_runtime(), name, value)
+            if text is None:  # (content is not captured)
+                return
+        if isinstance(text, str) and len(text) > ARGUMENT_ATTRIBUTE_MAX:
+            _warn_once(
+                f"argument attribute:{name}",
+                "agenttrace: the episode attribute %r is %d characters, more than %d; it is "
+                "left out",
+                name,
+                len(text),
+                ARGUMENT_ATTRIBUTE_MAX,
+            )
+            return
+        self._attributes = {**self._attributes, name: text}
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         episode_id = self._episode_id or uuid.uuid4().hex
@@ -695,6 +725,10 @@ def env_closed(env: Any) -> None:
         state = runtime.open_episodes_by_env.pop(id(env), None)
     if state is not None and state.handle is not None:
         state.handle.end_as(sc.STATUS_ABORTED)
+
+
+#: The longest argument kept as an episode attribute (``attributes.NAME=ARG``), in characters.
+ARGUMENT_ATTRIBUTE_MAX = 65_536
 
 
 def _group_size(value: Any) -> int | None:

@@ -75,6 +75,20 @@ ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: ``attributes.NAME=ARG`` on an episode target: the argument (a whole dict, say the
+#: runner's ``reset_kwargs``) becomes the episode's attribute NAME, through the content policy.
+ATTRIBUTE_OPTION = "attributes."
+_ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _is_attribute_option(role: str, name: str) -> bool:
+    return (
+        role == sc.EPISODE
+        and name.startswith(ATTRIBUTE_OPTION)
+        and bool(_ATTRIBUTE_NAME.fullmatch(name[len(ATTRIBUTE_OPTION) :]))
+    )
+
+
 def _finish_reasons(value: Any) -> tuple[str, ...]:
     """``length`` or ``length|content_filter`` (text), or a list of reasons (a file)."""
     reasons = value.split("|") if isinstance(value, str) else value
@@ -204,8 +218,10 @@ class Target:
         allowed = ARGUMENT_FIELDS[self.role]
         object.__setattr__(self, "settings", self._checked_settings())
         for name, where in arguments.items():
-            if name not in allowed:
+            if name not in allowed and not _is_attribute_option(self.role, name):
                 accepted = (*allowed, *SETTINGS.get(self.role, ()))
+                if self.role == sc.EPISODE:
+                    accepted = (*accepted, f"{ATTRIBUTE_OPTION}NAME")
                 if self.role in EXTRACTOR_ROLES:
                     accepted = (*accepted, "extractor")
                 raise TargetError(
