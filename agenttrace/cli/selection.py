@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agenttrace import semconv as sc
+from agenttrace.sinks.names import split_suffix
 from agenttrace.trajectory.model import Trajectory, content_json
 
 
@@ -155,9 +156,6 @@ class Splitter:
         return iter(self.names)
 
 
-_FILE_SUFFIXES = (".jsonl.gz", ".jsonl", ".ndjson", ".parquet")
-
-
 def part_outputs(
     target: Path, dataset_id: str | None, splitter: Splitter | None
 ) -> list[tuple[str | None, Path, str | None]]:
@@ -167,11 +165,7 @@ def part_outputs(
     if splitter is None:
         return [(None, target, dataset_id)]
     outputs = []
-    name = target.name
-    suffix = next(
-        (s for s in (".jsonl.gz", ".jsonl", ".ndjson", ".parquet") if name.endswith(s)), ""
-    )
-    stem = name[: len(name) - len(suffix)] if suffix else name
+    stem, suffix = split_suffix(target.name)
     for part in splitter.names:
         part_id = None
         if dataset_id is not None:

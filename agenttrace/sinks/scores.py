@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agenttrace.sinks.names import split_suffix
 from agenttrace.trajectory.scores import Score, score_from_dict
 
 logger = logging.getLogger("agenttrace")
@@ -104,18 +105,10 @@ def score_files_for(sources: Iterable[Path], trajectory_files: Iterable[Path]) -
         for candidate in sorted(folder.glob(f"*{SCORES_BASENAME}*")):
             if is_score_file(candidate) and (
                 candidate.name.startswith(SCORES_BASENAME)
-                or candidate.name == _stem(path) + SCORES_SUFFIX
+                or candidate.name == split_suffix(path.name)[0] + SCORES_SUFFIX
             ):
                 found[candidate] = None
     return list(found)
-
-
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".jsonl.gz", ".jsonl", ".parquet", ".json"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return path.stem
 
 
 def read_scores(paths: Iterable[Path], report: Any = None) -> dict[str, list[Score]]:

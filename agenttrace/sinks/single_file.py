@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agenttrace.sinks.jsonl import line_pieces
+from agenttrace.sinks.names import split_suffix
 from agenttrace.sinks.parquet import _require_pyarrow
 from agenttrace.sinks.scores import SCORES_SUFFIX, ScoreLog
 from agenttrace.trajectory.model import Trajectory
@@ -44,8 +45,7 @@ class SingleFileWriter:
         self.partial = self.path.with_name(f".{self.path.name}.partial")
         # Late scores (of episodes written before their score came): a side file loaders
         # merge, <stem>.scores.jsonl, renamed into place with the output.
-        stem = self.path.name[: -len(_suffix(self.path.name))] or self.path.name
-        self.scores_path = self.path.with_name(stem + SCORES_SUFFIX)
+        self.scores_path = self.path.with_name(split_suffix(self.path.name)[0] + SCORES_SUFFIX)
         self._scores: ScoreLog | None = None
         self.rows = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,10 +108,3 @@ class SingleFileWriter:
         if self._parquet is not None:
             self._parquet.close()
             self._parquet = None
-
-
-def _suffix(name: str) -> str:
-    lowered = name.lower()
-    return next(
-        (s for s in (".jsonl.gz", ".jsonl", ".ndjson", ".parquet") if lowered.endswith(s)), ""
-    )

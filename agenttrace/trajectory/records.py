@@ -268,5 +268,5 @@ def split_vector_steps(records: Iterable[SpanRecord]) -> Iterator[SpanRecord]:
     """``records`` with every ``env.vector_step`` span followed by its env steps."""
     for record in records:
         yield record
-        if record.name == sc.ENV_VECTOR_STEP and is_vector_step(record):
+        if is_vector_step(record):
             yield from split_vector_step(record)
