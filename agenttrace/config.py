@@ -55,6 +55,14 @@ def _parse_callable(text: str) -> Callable[..., Any]:
     return obj
 
 
+def _parse_conventions(value: Any) -> Any:
+    """Presets and mapping files (``runner,openinference``, ``my.toml``), or a Conventions."""
+    from agenttrace.trajectory.conventions import conventions_from_value
+
+    conventions = conventions_from_value(value)
+    return conventions if conventions else None
+
+
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     expected = "a whole number" if kind is int else "a number"
 
@@ -301,6 +309,16 @@ SETTINGS: tuple[Setting, ...] = (
         "agenttrace/<run name>-v0), in Minari's folder (MINARI_DATASETS_PATH; docs/minari.md).",
     ),
     Setting(
+        "conventions",
+        "AGENTTRACE_CONVENTIONS",
+        _parse_conventions,
+        None,
+        "Read spans that other tracers emit as agenttrace's: comma-separated presets (runner, "
+        "genai, openinference, traceloop, agentlightning) and TOML or JSON mapping files. The "
+        "live processor and agenttrace export rebuild trajectories from such spans with no "
+        "targets (docs/conventions.md).",
+    ),
+    Setting(
         "targets",
         "AGENTTRACE_TARGETS",
         str,
@@ -433,6 +451,7 @@ class Settings:
     group_id: str | None
     group_size: int | None
     minari_dataset_id: str | None
+    conventions: Any  # agenttrace.trajectory.conventions.Conventions | None
     targets: str | None
     targets_file: str | None
     propagate: tuple[str, ...] | None
@@ -585,6 +604,11 @@ def _check_explicit(setting: Setting, value: Any) -> Any:
             raise ConfigError(f"{setting.name}={value!r}: {exc}") from exc
     elif isinstance(value, (list, tuple)) and setting.parse is _parse_list:
         value = tuple(str(v).strip().lower() for v in value)
+    elif setting.name == "conventions":
+        try:
+            value = setting.parse(value)
+        except Exception as exc:
+            raise ConfigError(f"{setting.name}={value!r}: {exc}") from exc
     elif setting.name in ("redact",) and not callable(value):
         raise ConfigError(f"{setting.name} must be callable, got {type(value).__name__}")
     elif (

@@ -131,6 +131,7 @@ class AgentTrace:
             foreign_spans=ForeignSpanPolicy(
                 capture_content=self.capture_content, redact=self.redact
             ),
+            conventions=settings.conventions,
             shutdown_at_exit=False,  # this pipeline's exit handler shuts it down, then reports
         )
         self.provider.add_span_processor(self.trajectory_processor)

@@ -51,6 +51,10 @@ STEP_ROLES = (TIMESTEP, AGENT_ACT, ENV_STEP, STEP_RECORD)
 # --- rl.* attributes --------------------------------------------------------------------
 # Episode identity, set at span start so samplers and searches can use them.
 EPISODE_ID = "rl.episode.id"  # on the episode and stamped on every descendant span
+#: The id the user's own code gives the episode, known only later (the runner's
+#: ``env.get_episode_id()``, its returned record's ``episode_id``): the trajectory's
+#: ``episode_id`` when present. rl.episode.id stays the key spans are grouped by.
+EPISODE_EXTERNAL_ID = "rl.episode.external_id"
 TASK_ID = "rl.task.id"
 ENV_NAME = "rl.env.name"
 #: Which sub-environment of a vector environment the episode ran on (0, 1, ...).

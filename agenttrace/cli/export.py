@@ -53,6 +53,7 @@ from agenttrace.storage.http import BackendError, parse_headers
 from agenttrace.storage.sources import SourceError, SourceOptions, open_source
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.conventions import conventions_from_value
 from agenttrace.trajectory.stream import StreamingAssembler
 from agenttrace.trajectory.tokens import (
     PER_CHOICES,
@@ -261,6 +262,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "steps at a time, its finished steps kept in a temporary file, as in a live run "
         f"(default: {DEFAULT_MAX_EPISODE_BYTES}, the max_episode_bytes setting's default)",
     )
+    parser.add_argument(
+        "--conventions",
+        metavar="PRESETS|FILE",
+        default=os.environ.get("AGENTTRACE_CONVENTIONS"),
+        help="read spans other tracers wrote as agenttrace's: presets (runner, genai, "
+        "openinference, traceloop, agentlightning) and mapping files, comma-separated "
+        "(default: $AGENTTRACE_CONVENTIONS; docs/conventions.md)",
+    )
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress, no summary")
     return parser
 
@@ -425,6 +434,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         headers: dict[str, str] = {}
         for header in args.header:
             headers.update(parse_headers(header))
+        conventions = conventions_from_value(args.conventions)
     except (ValueError, OSError) as exc:
         err.print(f"agenttrace export: error: {exc}")
         return EXIT_USAGE
@@ -495,7 +505,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             deduplicator=Deduplicator() if args.dedupe else None,
             splitter=splitter,
         )
-        assembler = StreamingAssembler(grace=args.grace, max_episode_bytes=args.max_episode_bytes)
+        assembler = StreamingAssembler(
+            grace=args.grace,
+            max_episode_bytes=args.max_episode_bytes,
+            conventions=conventions,
+        )
         _rebuild(
             source,
             restore,

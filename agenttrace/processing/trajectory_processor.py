@@ -51,6 +51,7 @@ from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.callback import as_sink
 from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
+from agenttrace.trajectory.conventions import Conventions, derived_episode_id
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import (
     SpanRecord,
@@ -107,11 +108,14 @@ class TrajectoryProcessor(SpanProcessor):
         check_interval: float = 1.0,
         flush_each_episode: bool = False,
         foreign_spans: ForeignSpanPolicy | None = None,
+        conventions: Conventions | None = None,
         meter_provider: Any | None = None,
         shutdown_at_exit: bool = True,
     ) -> None:
         """``shutdown_at_exit=False``: the owner shuts it down at exit (the pipeline does, so
-        that it can report after the final flush)."""
+        that it can report after the final flush). ``conventions`` reads other tracers' spans
+        as agenttrace's (agenttrace.trajectory.conventions); the span file gets them so
+        translated, their own attributes kept."""
         if writer is None:
             metrics = EpisodeMetrics(meter_provider) if meter_provider is not None else None
             writer = EpisodeWriter(
@@ -127,6 +131,7 @@ class TrajectoryProcessor(SpanProcessor):
         self.writer = writer
         # Spans of other instrumentations follow agenttrace's content policy (secrets, content).
         self._foreign = foreign_spans or ForeignSpanPolicy()
+        self._conventions = conventions if conventions else None
         # Wait for each finished episode to be written (Ray workers: Ray ends them without
         # running exit handlers, so what is still queued then would be lost).
         self._flush_each_episode = flush_each_episode
@@ -167,19 +172,29 @@ class TrajectoryProcessor(SpanProcessor):
         if self._closed:
             return
         try:
-            episode_id = _attributes_of(span).get(sc.EPISODE_ID)
+            attributes = _attributes_of(span)
+            episode_id = attributes.get(sc.EPISODE_ID)
+            is_episode = span.name == sc.EPISODE
             if episode_id is None:
                 if span.name == sc.ENV_VECTOR_STEP:
                     return  # steps of several episodes (each entry names its own)
-                episode_id = _inherited_episode_id(parent_context)
-                if episode_id is None:
-                    return
+                if self._starts_foreign_episode(span, attributes):
+                    context = span.context
+                    episode_id = derived_episode_id(context.trace_id, context.span_id)
+                    is_episode = True
+                else:
+                    episode_id = _inherited_episode_id(parent_context)
+                    if episode_id is None:
+                        return
                 span.set_attribute(sc.EPISODE_ID, episode_id)
-            if span.name == sc.EPISODE:
+            if is_episode:
                 episode = self._track(str(episode_id), span.context.span_id)
                 if episode is not None and episode.start_record is None:
                     record = record_from_span(span)
-                    episode.start_record = record._replace(attributes=dict(record.attributes))
+                    record = record._replace(attributes=dict(record.attributes))
+                    if self._conventions is not None:
+                        record = self._conventions.translate(record)[0]
+                    episode.start_record = record
         except Exception:
             self._internal_error("on_start")
 
@@ -197,6 +212,9 @@ class TrajectoryProcessor(SpanProcessor):
             record = record_from_span(span)
             if record.scope_name != sc.INSTRUMENTATION_SCOPE:
                 record = self._foreign.apply(record)
+                if self._conventions is not None:
+                    self._take_translated(record)
+                    return
             if episode_id is None:
                 self._put_spans([record])
                 return
@@ -205,6 +223,28 @@ class TrajectoryProcessor(SpanProcessor):
             self._take(episode_id, record)
         except Exception:
             self._internal_error("on_end")
+
+    def _starts_foreign_episode(self, span: Span, attributes: Any) -> bool:
+        """Whether another tracer's span is an episode under the conventions mapping."""
+        conventions = self._conventions
+        if conventions is None:
+            return False
+        scope = span.instrumentation_scope
+        if scope is not None and scope.name == sc.INSTRUMENTATION_SCOPE:
+            return False
+        parent = span.parent
+        is_root = parent is None or parent.is_remote
+        return conventions.starts_episode(span.name, attributes, is_root)
+
+    def _take_translated(self, record: SpanRecord) -> None:
+        """Another tracer's span, in agenttrace's names (agenttrace.trajectory.conventions)."""
+        for part in self._conventions.translate(record):  # type: ignore[union-attr]
+            episode_id = part.attributes.get(sc.EPISODE_ID)
+            if episode_id is None:
+                if self._keeps_all_spans:
+                    self._put_spans([part])
+            else:
+                self._take(str(episode_id), part)
 
     def _take(self, episode_id: str, record: SpanRecord) -> None:
         """Add a record to its open episode (opened by an episode span), finishing it when

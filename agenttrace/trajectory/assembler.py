@@ -53,8 +53,17 @@ _FIRST_CALL, _LAST_CALL = "llm.first", "llm.last"
 _FLAG_KEYS = (sc.TERMINATED, sc.TRUNCATED, sc.DONE)
 # Episode-span attributes that become top-level trajectory fields instead of `attributes`.
 _LIFTED = frozenset(
-    {sc.EPISODE_ID, sc.TASK_ID, sc.EPISODE_STATUS, sc.EPISODE_RETURN, sc.EPISODE_LENGTH}
+    {
+        sc.EPISODE_ID,
+        sc.EPISODE_EXTERNAL_ID,
+        sc.TASK_ID,
+        sc.EPISODE_STATUS,
+        sc.EPISODE_RETURN,
+        sc.EPISODE_LENGTH,
+    }
 )
+#: Spans whose exception makes their episode errored, even when the runner caught it.
+_ERROR_ROLES = frozenset({sc.ENV_RESET, sc.ENV_STEP, sc.AGENT_ACT})
 _MISSING = object()
 
 
@@ -127,6 +136,9 @@ class EpisodeAssembly:
         self._settled_return = 0.0
         self._last_settled: Step | None = None
         self._lossy: dict[str, str] = {}
+        # The first env.reset, env.step, agent.act or model-call span that failed: an episode
+        # span that says no status of its own (another tracer's) errored with it.
+        self._first_failure: SpanRecord | None = None
 
     @property
     def empty(self) -> bool:
@@ -183,6 +195,8 @@ class EpisodeAssembly:
                 index = record.attributes.get(index_key)
                 if _is_turn(record, index, genai.call_kind(record)) and index > self._settled_upto:
                     self._seen.add(index)
+            if record.status_code == "ERROR" and _is_failure(record, self._first_failure):
+                self._first_failure = record
             if self._first is None:
                 self._first = record
             if self._start is None or record.start_time < self._start:
@@ -306,10 +320,13 @@ class EpisodeAssembly:
         episode_span = self._episode_span
         first = self._first
         episode_id = self.episode_id
-        if episode_id is None:
+        attrs = episode_span.attributes if episode_span is not None else {}
+        external_id = attrs.get(sc.EPISODE_EXTERNAL_ID)
+        if external_id is not None and str(external_id):
+            episode_id = str(external_id)  # the id the user's code gave it (semconv)
+        elif episode_id is None:
             episode_id = episode_id_of(episode_span or first) or format(first.trace_id, "032x")
 
-        attrs = episode_span.attributes if episode_span is not None else {}
         length = attrs.get(sc.EPISODE_LENGTH)
         expected = length if isinstance(length, int) else self._seen.highest + 1
         missing = self._seen.missing_below(expected)
@@ -318,8 +335,13 @@ class EpisodeAssembly:
         last = steps[-1] if steps else self._last_settled
 
         status = attrs.get(sc.EPISODE_STATUS)
+        error = _episode_error(episode_span)
         if status is None and episode_span is not None and episode_span.end_time is not None:
-            status = _derived_status(episode_span, last)
+            failure = self._first_failure
+            if error is None and failure is not None:  # caught by the runner: one rule
+                status, error = sc.STATUS_ERRORED, _span_error(failure)
+            else:
+                status = _derived_status(episode_span, last)
         ended = episode_span is not None and episode_span.end_time is not None
         attributes = {k: _plain(v) for k, v in attrs.items() if k not in _LIFTED}
         if not ended or missing:
@@ -347,7 +369,7 @@ class EpisodeAssembly:
             trace_id=format((episode_span or first).trace_id, "032x"),
             task_id=None if task_id is None else str(task_id),
             status=status,
-            error=_episode_error(episode_span),
+            error=error,
             start_time=start,
             end_time=end,
             return_=float(episode_return),
@@ -436,6 +458,7 @@ def _parts_of(
     """
     parts: dict[int, dict[str, SpanRecord]] = {}
     genai_records: list[SpanRecord] = []
+    unindexed: list[SpanRecord] = []
     step_roles = _STEP_ROLES
     index_key = sc.TIMESTEP_INDEX
     for record in records:
@@ -450,6 +473,8 @@ def _parts_of(
                     roles[name] = record
             elif isinstance(index, int) and not isinstance(index, bool) and index >= 0:
                 parts.setdefault(index, {})[name] = record
+            elif index is None and record.parent_span_id:
+                unindexed.append(record)
         elif name != sc.ENV_RESET:
             kind = genai.call_kind(record)
             if kind is None:
@@ -464,6 +489,14 @@ def _parts_of(
                 last = roles.get(_LAST_CALL)
                 if last is None or (record.end_time or 0) > (last.end_time or 0):
                     roles[_LAST_CALL] = record
+    if unindexed:
+        # Another tracer's env.step inside its timestep span, without an index of its own
+        # (a conventions mapping gives the timestep its index): the step of that ancestor.
+        by_span_id = {record.span_id: record for record in records}
+        for record in unindexed:
+            index = _step_index_of(record, by_span_id)
+            if index is not None and index >= 0:
+                parts.setdefault(index, {}).setdefault(record.name, record)
     return parts, genai_records
 
 
@@ -769,7 +802,26 @@ def _reply(messages: Any) -> Any:
 def _episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:
     if episode_span is None:
         return None
-    for event in reversed(episode_span.events):
+    if episode_span.status_code == "ERROR" or any(
+        event.name == sc.EXCEPTION_EVENT for event in episode_span.events
+    ):
+        return _span_error(episode_span)
+    return None
+
+
+def _is_failure(record: SpanRecord, first: SpanRecord | None) -> bool:
+    """Whether a failed ``record`` is the first failure of its episode that counts."""
+    if first is not None and first.start_time <= record.start_time:
+        return False
+    name = record.name
+    return name in _ERROR_ROLES or (
+        name != sc.EPISODE and genai.call_kind(record) == genai.MODEL_CALL
+    )
+
+
+def _span_error(record: SpanRecord) -> EpisodeError:
+    """The error a failed span recorded (its exception event, else its status message)."""
+    for event in reversed(record.events):
         if event.name == sc.EXCEPTION_EVENT:
             attrs = event.attributes
             return EpisodeError(
@@ -777,9 +829,7 @@ def _episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:
                 message=attrs.get(sc.EXCEPTION_MESSAGE),
                 stack=attrs.get(sc.EXCEPTION_STACKTRACE),
             )
-    if episode_span.status_code == "ERROR":
-        return EpisodeError(type=None, message=episode_span.status_message)
-    return None
+    return EpisodeError(type=None, message=record.status_message)
 
 
 def _derived_status(episode_span: SpanRecord, last: Step | None) -> str:

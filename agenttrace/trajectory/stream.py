@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory.assembler import EpisodeAssembly
+from agenttrace.trajectory.conventions import Conventions
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord, is_vector_step, split_vector_step
 
@@ -84,7 +85,9 @@ class StreamingAssembler:
     ``grace=None`` never writes early (everything comes out of :meth:`finish`), which is what
     :func:`assemble` uses. ``trusted_scope`` is passed on to the assembler; an episode whose
     records pass ``max_episode_bytes`` is rebuilt a stretch of steps at a time, as live
-    (:class:`~agenttrace.trajectory.assembler.EpisodeAssembly`).
+    (:class:`~agenttrace.trajectory.assembler.EpisodeAssembly`). ``conventions`` translates
+    other tracers' spans into agenttrace's names first
+    (:mod:`agenttrace.trajectory.conventions`).
     """
 
     def __init__(
@@ -94,8 +97,12 @@ class StreamingAssembler:
         orphan_window: int = 100_000,
         trusted_scope: str | None = None,
         max_episode_bytes: int | None = None,
+        conventions: Conventions | None = None,
     ) -> None:
         self.counts = AssemblyCounts()
+        if conventions:
+            self._translate = conventions.translate
+            self.add = self._add_translated  # type: ignore[method-assign]
         self._max_episode_bytes = max_episode_bytes
         self._grace = grace
         self._orphan_window = orphan_window
@@ -153,6 +160,16 @@ class StreamingAssembler:
                     written.append(self._write(episode_id))
         if self._waiting_since and self._waiting_since[0][0] < sequence - self._orphan_window:
             self._expire_orphans(sequence - self._orphan_window)
+        return done
+
+    def _add_translated(self, record: SpanRecord) -> Sequence[Trajectory]:
+        """:meth:`add` of the record in agenttrace's names (several for a span of scores)."""
+        translated = self._translate(record)
+        if len(translated) == 1:
+            return StreamingAssembler.add(self, translated[0])
+        done: list[Trajectory] = []
+        for part in translated:
+            done.extend(StreamingAssembler.add(self, part))
         return done
 
     def feed(self, records: Iterable[SpanRecord]) -> Iterator[Trajectory]:
@@ -299,11 +316,14 @@ def _forget_oldest(remembered: dict, limit: int) -> None:
             del remembered[key]
 
 
-def assemble(records: Iterable[SpanRecord]) -> list[Trajectory]:
+def assemble(
+    records: Iterable[SpanRecord], *, conventions: Conventions | None = None
+) -> list[Trajectory]:
     """Group records by episode and rebuild each; episodes in order of first appearance.
 
     Records without ``rl.episode.id`` join the episode of their nearest ancestor that has one
     (spans from other instrumentations); records that belong to no episode are ignored, and a
-    second record of the same span is ignored.
+    second record of the same span is ignored. ``conventions``: see StreamingAssembler.
     """
-    return list(StreamingAssembler(grace=None, orphan_window=2**62).feed(records))
+    stream = StreamingAssembler(grace=None, orphan_window=2**62, conventions=conventions)
+    return list(stream.feed(records))
