@@ -39,6 +39,7 @@ from agenttrace.pipeline import AgentTrace, configure, force_flush, get_default,
 from agenttrace.processing.span_export import LosslessSpanProcessor
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.trajectory import (
+    Conventions,
     EpisodeError,
     LLMCall,
     SpanRecord,
@@ -77,6 +78,7 @@ __all__ = (
     "LosslessSpanProcessor",
     "TrajectoryProcessor",
     # trajectories
+    "Conventions",
     "EpisodeError",
     "LLMCall",
     "SpanRecord",

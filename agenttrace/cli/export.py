@@ -51,9 +51,9 @@ from agenttrace.sinks.single_file import output_kind
 from agenttrace.sinks.step_tables import check_target
 from agenttrace.storage.http import BackendError, parse_headers
 from agenttrace.storage.sources import SourceError, SourceOptions, open_source
+from agenttrace.trajectory.conventions import conventions_from_value
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord
-from agenttrace.trajectory.conventions import conventions_from_value
 from agenttrace.trajectory.stream import StreamingAssembler
 from agenttrace.trajectory.tokens import (
     PER_CHOICES,

@@ -54,6 +54,9 @@ def why_not_minari(trajectory: Trajectory) -> str | None:
         return "it has no steps"
     if trajectory.missing_steps:
         return f"steps {trajectory.missing_steps[:5]} never arrived"
+    failed = next((step for step in trajectory.steps if step.error is not None), None)
+    if failed is not None:
+        return f"step {failed.index} failed ({failed.error}): it has no outcome"
     if trajectory.final_observation is None:
         return "its final observation was not recorded"
     if any(step.observation is None or step.action is None for step in trajectory.steps):

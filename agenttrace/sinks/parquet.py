@@ -71,6 +71,7 @@ def arrow_schema() -> pa.Schema:
             ("end_time", pa.int64()),
             ("llm_calls", pa.string()),
             ("tool_calls", pa.string()),
+            ("error", pa.string()),
         ]
     )
     return pa.schema(
@@ -212,6 +213,7 @@ def trajectory_to_batch(trajectory: Trajectory, schema: pa.Schema) -> pa.RecordB
         [s.end_time for s in steps],
         calls("llm_calls"),
         calls("tool_calls"),
+        [s.error for s in steps],
     ]
     struct = pa.StructArray.from_arrays(
         [pa.array(values, type=f.type) for values, f in zip(step_columns, step_type, strict=True)],

@@ -275,6 +275,7 @@ def step_schema(columns: dict[str, Any]) -> Any:
         pa.field("info", pa.string(), metadata=encoded.metadata()),
         pa.field("start_time", pa.int64()),
         pa.field("end_time", pa.int64()),
+        pa.field("error", pa.string()),
     ]
     return pa.schema(fields)
 
@@ -326,6 +327,7 @@ def steps_batch(trajectory: Trajectory, columns: dict[str, Any]) -> Any:
         "info": [_text_or_null(content_json(s, "info")) for s in steps],
         "start_time": [s.start_time for s in steps],
         "end_time": [s.end_time for s in steps],
+        "error": [s.error for s in steps],
     }
     arrays = []
     for field in schema:

@@ -2,6 +2,7 @@
 
 from agenttrace.trajectory.assembler import build_trajectory
 from agenttrace.trajectory.codec import UnserializableValueWarning, values_equal
+from agenttrace.trajectory.conventions import Conventions, ConventionsError, SpanRule
 from agenttrace.trajectory.model import (
     SCHEMA,
     EpisodeError,
@@ -17,11 +18,14 @@ from agenttrace.trajectory.stream import AssemblyCounts, StreamingAssembler, ass
 __all__ = [
     "SCHEMA",
     "AssemblyCounts",
+    "Conventions",
+    "ConventionsError",
     "EpisodeError",
     "LLMCall",
     "SpanEvent",
     "SpanLink",
     "SpanRecord",
+    "SpanRule",
     "Step",
     "StreamingAssembler",
     "ToolCall",

@@ -26,21 +26,26 @@ How a step is put together (docs/trajectory-format.md has the full rules):
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
-from agenttrace.trajectory.codec import RawJSON, as_raw_json, dumps, is_json
+from agenttrace.trajectory.call_placement import (
+    attach_genai_calls,
+    complete_turns,
+    step_index_of,
+)
+from agenttrace.trajectory.codec import RawJSON, as_raw_json, is_json
 from agenttrace.trajectory.lossy import lossy_fields
-from agenttrace.trajectory.model import (
-    EpisodeError,
-    Step,
-    Trajectory,
-    decoded_content,
-    raw_content,
+from agenttrace.trajectory.model import Step, Trajectory, decoded_content
+from agenttrace.trajectory.outcome import (
+    derived_status,
+    episode_error,
+    is_failure,
+    span_error,
+    step_error,
 )
 from agenttrace.trajectory.records import SpanRecord
 from agenttrace.trajectory.scores import Score, apply_scores, score_from_record
@@ -62,8 +67,6 @@ _LIFTED = frozenset(
         sc.EPISODE_LENGTH,
     }
 )
-#: Spans whose exception makes their episode errored, even when the runner caught it.
-_ERROR_ROLES = frozenset({sc.ENV_RESET, sc.ENV_STEP, sc.AGENT_ACT})
 _MISSING = object()
 
 
@@ -195,7 +198,7 @@ class EpisodeAssembly:
                 index = record.attributes.get(index_key)
                 if _is_turn(record, index, genai.call_kind(record)) and index > self._settled_upto:
                     self._seen.add(index)
-            if record.status_code == "ERROR" and _is_failure(record, self._first_failure):
+            if record.status_code == "ERROR" and is_failure(record, self._first_failure):
                 self._first_failure = record
             if self._first is None:
                 self._first = record
@@ -231,14 +234,14 @@ class EpisodeAssembly:
         later_steps, _ = self._build(later, returned, previous)
         genai_records = self._in_time(genai_records, [*steps, *later_steps])
         by_span_id = {record.span_id: record for record in records}
-        placed = _attach_genai_calls(
+        placed = attach_genai_calls(
             [*steps, *later_steps],
             genai_records,
             by_span_id,
             self._trusted,
             turns=not self._has_timesteps,
         )
-        _complete_turns([*steps, *later_steps], parts)
+        complete_turns([*steps, *later_steps], parts)
         first_later = min((s.start_time or 0 for s in later_steps), default=None)
         step_of = _step_finder(records)
         kept: list[SpanRecord] = []
@@ -313,8 +316,8 @@ class EpisodeAssembly:
         if genai_records and (steps or turns):
             genai_records = self._in_time(genai_records, steps)
             by_span_id = {record.span_id: record for record in records}
-            placed = _attach_genai_calls(steps, genai_records, by_span_id, trusted, turns=turns)
-            _complete_turns(steps, parts)
+            placed = attach_genai_calls(steps, genai_records, by_span_id, trusted, turns=turns)
+            complete_turns(steps, parts)
             if self._spilled is not None:
                 self.late += sum(1 for index in placed.values() if index <= self._settled_upto)
         episode_span = self._episode_span
@@ -335,13 +338,13 @@ class EpisodeAssembly:
         last = steps[-1] if steps else self._last_settled
 
         status = attrs.get(sc.EPISODE_STATUS)
-        error = _episode_error(episode_span)
+        error = episode_error(episode_span)
         if status is None and episode_span is not None and episode_span.end_time is not None:
             failure = self._first_failure
             if error is None and failure is not None:  # caught by the runner: one rule
-                status, error = sc.STATUS_ERRORED, _span_error(failure)
+                status, error = sc.STATUS_ERRORED, span_error(failure)
             else:
-                status = _derived_status(episode_span, last)
+                status = derived_status(episode_span, last)
         ended = episode_span is not None and episode_span.end_time is not None
         attributes = {k: _plain(v) for k, v in attrs.items() if k not in _LIFTED}
         if not ended or missing:
@@ -494,7 +497,7 @@ def _parts_of(
         # (a conventions mapping gives the timestep its index): the step of that ancestor.
         by_span_id = {record.span_id: record for record in records}
         for record in unindexed:
-            index = _step_index_of(record, by_span_id)
+            index = step_index_of(record, by_span_id)
             if index is not None and index >= 0:
                 parts.setdefault(index, {}).setdefault(record.name, record)
     return parts, genai_records
@@ -513,13 +516,13 @@ def _is_turn(record: SpanRecord, index: Any, kind: str | None) -> bool:
 
 
 def _step_finder(records: Sequence[SpanRecord]) -> Callable[[SpanRecord], int | None]:
-    """``_step_index_of`` over these records, its span index built on first use."""
+    """``step_index_of`` over these records, its span index built on first use."""
     by_span_id: dict[int, SpanRecord] = {}
 
     def step_of(record: SpanRecord) -> int | None:
         if not by_span_id:
             by_span_id.update((r.span_id, r) for r in records)
-        return _step_index_of(record, by_span_id)
+        return step_index_of(record, by_span_id)
 
     return step_of
 
@@ -629,6 +632,7 @@ def _build_steps(
                 else _merged_info(infos, own),
                 start_time=start,
                 end_time=end,
+                error=step_error(recorded, env_step, act, timestep),
             )
         )
         previous_index = index
@@ -649,198 +653,6 @@ def _merged_info(infos: list[Any], own: bool) -> Any:
     for info in decoded:
         merged.update(info)
     return merged
-
-
-def _step_index_of(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> int | None:
-    """Index of the nearest ancestor (or self) that carries rl.timestep.index."""
-    current: SpanRecord | None = record
-    hops = 0
-    while current is not None and hops < 256:
-        index = current.attributes.get(sc.TIMESTEP_INDEX)
-        if current.name in _STEP_ROLES and isinstance(index, int):
-            return index
-        if not current.parent_span_id:
-            break
-        current = by_span_id.get(current.parent_span_id)
-        hops += 1
-    index = record.attributes.get(sc.TIMESTEP_INDEX)
-    return index if isinstance(index, int) else None
-
-
-def _outermost_model_call(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> SpanRecord:
-    """The outermost model-call span around ``record`` (itself when none encloses it)."""
-    outer = record
-    current = by_span_id.get(record.parent_span_id) if record.parent_span_id else None
-    hops = 0
-    while current is not None and hops < 256 and current.name not in _STEP_ROLES:
-        if genai.call_kind(current) == genai.MODEL_CALL:
-            outer = current
-        current = by_span_id.get(current.parent_span_id) if current.parent_span_id else None
-        hops += 1
-    return outer
-
-
-def _attach_genai_calls(
-    steps: list[Step],
-    records: list[SpanRecord],
-    by_span_id: Mapping[int, SpanRecord],
-    trusted: str | None,
-    *,
-    turns: bool = False,
-) -> dict[int, int]:
-    """Fold GenAI spans into their steps (docs/llm-calls.md has the rules); returns the step
-    index each span went to, by span id.
-
-    * a call under a step span belongs to that step; a call under no step span to the step
-      its own ``rl.timestep.index`` names (a turn of its own), else (before the first step,
-      between steps, in env.reset) to the next step to start, else the last step;
-      a call whose step span is known but missing is dropped with that step;
-    * a model call nested in another model call (openai-v2's span under agenttrace's
-      ``llm_call``) is not a second call: it fills what the outer one left empty;
-    * with ``turns`` (an episode without timesteps), calls after every step are agent turns
-      of their own: a model call starts a new step unless the turn before it is still open
-      (no tool call consumed it), a tool call joins the open turn. Such steps are appended to
-      ``steps``.
-    """
-    placed: dict[int, int] = {}
-    if not records or not (steps or turns):
-        return placed
-    by_index = {step.index: step for step in steps}
-    starts = sorted((step.start_time or 0, step.index) for step in steps)
-    nested: dict[int, list[SpanRecord]] = {}
-    calls: list[tuple[SpanRecord, str]] = []
-    for record in sorted(records, key=lambda r: r.start_time):
-        kind = genai.call_kind(record)
-        if kind == genai.MODEL_CALL:
-            outer = _outermost_model_call(record, by_span_id)
-            if outer is not record:
-                nested.setdefault(outer.span_id, []).append(record)
-                continue
-        calls.append((record, kind))  # type: ignore[arg-type]
-    turn: Step | None = None  # the open turn made of calls after every step
-    for record, kind in calls:
-        index = _step_index_of(record, by_span_id)
-        if index is None:
-            position = bisect.bisect_left(starts, (record.start_time, -1))
-            if position < len(starts):
-                index = starts[position][1]
-            elif turns and (turn is not None or kind == genai.MODEL_CALL):
-                if kind == genai.MODEL_CALL and (turn is None or turn.tool_calls):
-                    last = steps[-1].index if steps else -1
-                    turn = Step(index=last + 1, start_time=record.start_time)
-                    steps.append(turn)
-                    by_index[turn.index] = turn
-                turn.end_time = max(turn.end_time or 0, record.end_time or 0) or None  # type: ignore[union-attr]
-                index = turn.index  # type: ignore[union-attr]
-            elif starts:
-                index = starts[-1][1]
-            else:
-                continue  # no step at all to join
-        placed[record.span_id] = index
-        step = by_index.get(index)
-        if step is None:
-            continue
-        if kind == genai.TOOL_CALL:
-            step.tool_calls.append(genai.tool_call(record, trusted))
-            continue
-        call = genai.llm_call(record, trusted)
-        inner = nested.get(record.span_id)
-        if inner:
-            placed.update((r.span_id, index) for r in inner)
-            genai.merge_nested(call, [genai.llm_call(r, trusted) for r in inner])
-        step.llm_calls.append(call)
-    return placed
-
-
-def _complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecord]]) -> None:
-    """Fill what an agent turn's step spans left empty from its model calls.
-
-    A turn is a step that no timestep or agent.act describes (an inline agent loop whose only
-    targets are its model call and its env step): the observation is what the first call was
-    asked, the action what the last one answered. Unless a span of the step set its flags or
-    an env.step or tool consumed the answer, an answer cut at its length limit (finish reason
-    ``length``) truncates the step and one that stopped by itself (``stop``) is a final
-    answer: it terminates the step.
-    """
-    for step in steps:
-        if not step.llm_calls:
-            continue
-        roles = parts.get(step.index, {})
-        if sc.TIMESTEP in roles or sc.AGENT_ACT in roles:
-            continue
-        calls = step.llm_calls
-        if raw_content(step, "observation") is None:
-            step.observation = raw_content(calls[0], "input_messages")
-        answered = [call for call in calls if raw_content(call, "output_messages") is not None]
-        last = answered[-1] if answered else calls[-1]
-        if raw_content(step, "action") is None:
-            reply = _reply(last.output_messages)
-            step.action = None if reply is None else RawJSON(dumps(reply))
-        if sc.ENV_STEP in roles or step.tool_calls:
-            continue  # the reply was consumed: the env or the tool says what came of it
-        if any(key in r.attributes for r in roles.values() for key in _FLAG_KEYS):
-            continue  # a span of the step set its flags
-        reasons = last.finish_reasons or ()
-        if "length" in reasons:
-            step.truncated = True  # cut at its length limit
-        elif list(reasons) == ["stop"]:
-            step.terminated = True  # a final answer
-
-
-def _reply(messages: Any) -> Any:
-    """What a model answered: the first output message's text, else the message itself."""
-    if not isinstance(messages, list) or not messages:
-        return messages
-    message = messages[0]
-    if isinstance(message, dict):
-        content = message.get("content")
-        if content is not None and not message.get("tool_calls"):
-            return content
-    return message
-
-
-def _episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:
-    if episode_span is None:
-        return None
-    if episode_span.status_code == "ERROR" or any(
-        event.name == sc.EXCEPTION_EVENT for event in episode_span.events
-    ):
-        return _span_error(episode_span)
-    return None
-
-
-def _is_failure(record: SpanRecord, first: SpanRecord | None) -> bool:
-    """Whether a failed ``record`` is the first failure of its episode that counts."""
-    if first is not None and first.start_time <= record.start_time:
-        return False
-    name = record.name
-    return name in _ERROR_ROLES or (
-        name != sc.EPISODE and genai.call_kind(record) == genai.MODEL_CALL
-    )
-
-
-def _span_error(record: SpanRecord) -> EpisodeError:
-    """The error a failed span recorded (its exception event, else its status message)."""
-    for event in reversed(record.events):
-        if event.name == sc.EXCEPTION_EVENT:
-            attrs = event.attributes
-            return EpisodeError(
-                type=attrs.get(sc.EXCEPTION_TYPE),
-                message=attrs.get(sc.EXCEPTION_MESSAGE),
-                stack=attrs.get(sc.EXCEPTION_STACKTRACE),
-            )
-    return EpisodeError(type=None, message=record.status_message)
-
-
-def _derived_status(episode_span: SpanRecord, last: Step | None) -> str:
-    """Status of an episode span that did not say (written by another tool)."""
-    if episode_span.status_code == "ERROR":
-        return sc.STATUS_ERRORED
-    if last is not None and last.truncated and not last.terminated:
-        return sc.STATUS_TRUNCATED
-    if last is None or last.terminated:
-        return sc.STATUS_COMPLETED
-    return sc.STATUS_TRUNCATED
 
 
 def _valid_scores(records: Sequence[SpanRecord]) -> list[Score]:

@@ -157,13 +157,9 @@ class Conventions:
         fields = {name: keys for name, keys in self.fields.items()}
         for name, keys in other.fields.items():
             fields[name] = tuple(dict.fromkeys((*fields.get(name, ()), *keys)))
-        return Conventions(
-            (*self.spans, *other.spans), fields, (*self.sources, *other.sources)
-        )
+        return Conventions((*self.spans, *other.spans), fields, (*self.sources, *other.sources))
 
-    def rule_for(
-        self, name: str, attributes: Mapping[str, Any], is_root: bool
-    ) -> SpanRule | None:
+    def rule_for(self, name: str, attributes: Mapping[str, Any], is_root: bool) -> SpanRule | None:
         for rule in self.spans:
             if rule.matches(name, attributes, is_root):
                 return rule
@@ -203,13 +199,15 @@ class Conventions:
             attributes.setdefault(ORIGINAL_NAME, record.name)
             changes["name"] = new_name
         if error is not None and record.status_code != "ERROR":
+            kind, message = _error_parts(error)
             changes["status_code"] = "ERROR"
-            changes["status_message"] = error
-            if rule.role == "episode":
+            changes["status_message"] = message
+            if rule.role == "episode" and not _has_exception(record):
+                exception = {sc.EXCEPTION_MESSAGE: message}
+                if kind is not None:
+                    exception[sc.EXCEPTION_TYPE] = kind
                 event = SpanEvent(
-                    sc.EXCEPTION_EVENT,
-                    record.end_time or record.start_time,
-                    {sc.EXCEPTION_MESSAGE: error},
+                    sc.EXCEPTION_EVENT, record.end_time or record.start_time, exception
                 )
                 changes["events"] = (*record.events, event)
         return [record._replace(attributes=attributes, **changes)]
@@ -226,6 +224,7 @@ class Conventions:
             if name == "error":
                 if value not in ("", False, None):
                     error = value if isinstance(value, str) else _text(value)
+                    del attributes[found]
                 continue
             if _is_attribute_field(name):
                 if role == "episode":
@@ -235,11 +234,12 @@ class Conventions:
                         del attributes[found]
                 continue
             key = FIELDS[name]
-            if key not in attributes:  # (agenttrace's own key wins)
-                value = _typed(key, value)
-                if value is None:
-                    continue  # not usable as that field: kept as it was
-                attributes[key] = value
+            if key in attributes:
+                continue  # agenttrace's own key wins; theirs stays as it was
+            value = _typed(key, value)
+            if value is None:
+                continue  # not usable as that field: kept as it was
+            attributes[key] = value
             if not found.startswith(_OWN_PREFIXES):
                 del attributes[found]
         return error
@@ -258,6 +258,23 @@ def _text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _error_parts(error: str) -> tuple[str | None, str]:
+    """Type and message of a mapped error: JSON ``{"type", "message"}`` text, else text."""
+    if error.startswith("{"):
+        try:
+            data = json.loads(error)
+        except (ValueError, RecursionError):
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("message"), str):
+            kind = data.get("type")
+            return (kind if isinstance(kind, str) else None), data["message"]
+    return None, error
+
+
+def _has_exception(record: SpanRecord) -> bool:
+    return any(event.name == sc.EXCEPTION_EVENT for event in record.events)
 
 
 def _plain(value: Any) -> Any:

@@ -232,9 +232,12 @@ class Step(_ValueEquality):
     end_time: int | None = None
     llm_calls: list[LLMCall] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
+    #: The step failed: its env.step, agent.act or step.record span raised (``"Type:
+    #: message"``). Its partial data is kept; it earned nothing (docs/trajectory-format.md).
+    error: str | None = None
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "index": self.index,
             "observation": _content_data(self, "observation"),
             "action": _content_data(self, "action"),
@@ -248,10 +251,13 @@ class Step(_ValueEquality):
             "llm_calls": [call.to_dict() for call in self.llm_calls],
             "tool_calls": [call.to_dict() for call in self.tool_calls],
         }
+        if self.error is not None:
+            data["error"] = self.error
+        return data
 
     def to_json(self) -> str:
         """Same document as ``to_dict``, with raw content spliced in undecoded."""
-        return _STEP_JSON % (
+        text = _STEP_JSON % (
             self.index,
             content_json(self, "observation"),
             content_json(self, "action"),
@@ -265,6 +271,9 @@ class Step(_ValueEquality):
             _dump_json([c.to_dict() for c in self.llm_calls]) if self.llm_calls else "[]",
             _dump_json([c.to_dict() for c in self.tool_calls]) if self.tool_calls else "[]",
         )
+        if self.error is None:
+            return text
+        return text[:-1] + ',"error":' + _dump_json(self.error) + "}"
 
     @classmethod
     def from_dict(cls, data: dict) -> Step:
@@ -282,6 +291,7 @@ class Step(_ValueEquality):
             end_time=data.get("end_time"),
             llm_calls=[LLMCall.from_dict(c) for c in data.get("llm_calls") or ()],
             tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls") or ()],
+            error=None if data.get("error") is None else str(data["error"]),
         )
 
 
