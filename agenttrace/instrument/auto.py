@@ -64,17 +64,24 @@ from opentelemetry.instrumentation.utils import (
 )
 
 from agenttrace import config
-from agenttrace.instrument import exit_warnings, propagate_patches, script
+from agenttrace.instrument import exit_warnings, propagate_patches, provider_watch, script
 from agenttrace.instrument import targets as targets_module
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.calls import ToolCallScope
 from agenttrace.instrument.env_episodes import ENV_EPISODE_SCOPES
+from agenttrace.instrument.episode_fields import (
+    EPISODE_FIELDS,
+    RETURN,
+    EpisodeFieldsScope,
+    FieldsCall,
+    apply_fields,
+)
+from agenttrace.instrument.episode_fields import pick as _pick
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.scope import CallHooks, _Scope, trace_callable
 from agenttrace.instrument.spans import EpisodeScope
 from agenttrace.instrument.targets import (
     ATTRIBUTE_OPTION,
-    RECEIVER_NAME,
     ROLES,
     SETTINGS,
     Resolved,
@@ -269,31 +276,16 @@ def _scope_class(base: type[_Scope]) -> type[_Scope]:
     return cls
 
 
-def _pick(arguments: CallArguments, path: tuple[str, ...], receiver: Any) -> Any:
-    """The value at ``argument.attr.key...`` of a call, ``_UNSET`` when any part is missing.
-
-    ``self`` names the object (or class) a traced method was called on.
-    """
-    head, rest = path[0], path[1:]
-    value = arguments.get(head)
-    if value is _UNSET:
-        if head != RECEIVER_NAME or receiver is None:
-            return _UNSET
-        value = receiver
-    for part in rest:
-        try:
-            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
-        except Exception:
-            return _UNSET
-    return value
-
-
 def _template(target: Target, tracer_provider: Any) -> _Scope:
     """The scope every call of ``target`` clones: role, extractor, argument fields, mark.
 
     Without argument options it is the role's own scope class, exactly what the decorator
     uses: no extra ``_on_call`` layer on every call.
     """
+    if target.role == EPISODE_FIELDS:  # (no span: FieldsCall sets the episode's fields)
+        fields = EpisodeFieldsScope()
+        fields._fields = _paths(target, lambda name, path: True)
+        return fields
     base = ROLES[target.role]
     options: dict[str, Any] = {"tracer_provider": tracer_provider}
     extractor = resolve_extractor(target)
@@ -305,17 +297,19 @@ def _template(target: Target, tracer_provider: Any) -> _Scope:
     options.update((known[name][1], value) for name, value in target.settings.items())
     if base in ENV_EPISODE_SCOPES and config.read_setting_or("env_episodes", True):
         base = ENV_EPISODE_SCOPES[base]  # outside any episode, the env delimits its own
-    per_call = _paths(target, _is_per_call)
-    arguments = _paths(target, lambda name: not _is_per_call(name))
-    if per_call:
+    returns = _paths(target, lambda name, path: path[0] == RETURN)
+    per_call = _paths(target, lambda name, path: path[0] != RETURN and _is_per_call(name))
+    arguments = _paths(target, lambda name, path: path[0] != RETURN and not _is_per_call(name))
+    if per_call or returns:
         base = _PerCallEpisodeScope
     if not arguments:
         template = base(**options)
     else:
         template = _scope_class(base)(**options)
         template._fields = arguments  # type: ignore[attr-defined]
-    if per_call:
+    if per_call or returns:
         template._per_call = per_call  # type: ignore[attr-defined]
+        template._returns = returns  # type: ignore[attr-defined]
     template._context_mark = _mark_for(target.role, target.attribute)
     return template
 
@@ -326,20 +320,21 @@ def _is_per_call(name: str) -> bool:
 
 
 def _paths(
-    target: Target, wanted: Callable[[str], bool]
+    target: Target, wanted: Callable[[str, tuple[str, ...]], bool]
 ) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The target's argument options whose field is ``wanted``, each path split at dots."""
-    return tuple(
-        (name, tuple(where.split("."))) for name, where in target.arguments.items() if wanted(name)
-    )
+    """The target's options ``wanted(field, path)``, each path split at dots."""
+    paths = ((name, tuple(where.split("."))) for name, where in target.arguments.items())
+    return tuple((name, path) for name, path in paths if wanted(name, path))
 
 
 class _PerCallEpisodeScope(EpisodeScope):
     """An episode whose id, policy version, agent or env name a target takes from each call's
     arguments (``episode_id=run.id``). They are set before the span starts: the trajectory
-    processor tracks the episode under its id from then on."""
+    processor tracks the episode under its id from then on. Fields read from the return value
+    (``episode_id=return.id``, ``error=return.error_info``) are set when the call returns."""
 
     _per_call: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    _returns: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def _before_start(self, arguments: CallArguments) -> None:
         for option, path in self._per_call:
@@ -347,13 +342,18 @@ class _PerCallEpisodeScope(EpisodeScope):
             if value is not _UNSET:
                 self._set_per_call(option, value)
 
+    def _on_return(self, result: Any) -> None:
+        if self._returns:
+            apply_fields(self, self._returns, result)
+
 
 def _make_wrapper(
     target: Target, descriptor: Any, binding: str, kind: type[TracedFunction], template: _Scope
 ) -> TracedFunction:
     """A wrapt wrapper around ``descriptor`` whose calls run the decorator's traced code."""
     site = Site(None, target.attribute, descriptor, True, binding)
-    return kind(descriptor, _TargetCall(template, site.function, site.receiver), target)
+    make = FieldsCall if isinstance(template, EpisodeFieldsScope) else _TargetCall
+    return kind(descriptor, make(template, site.function, site.receiver), target)  # type: ignore[arg-type]
 
 
 # --- patching --------------------------------------------------------------------------------
@@ -647,6 +647,8 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             )
             self._binder.start()
         _report_uncalled_at_exit(self)
+        if given is None:  # (AGENTTRACE_CONVENTIONS: the program's own spans, no targets)
+            provider_watch.read_own_tracer_spans()
         if plan:
             logger.debug("agenttrace: instrumented %s", "; ".join(str(r.target) for r, _ in plan))
 

@@ -34,6 +34,7 @@ from agenttrace._logging import warn_once as _warn_once
 from agenttrace._secrets import is_secret_name
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
+from agenttrace.instrument.episode_fields import LATE_FIELDS, error_parts
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, batch_size, extract_reset
 from agenttrace.instrument.scope import (
     _EpisodeState,
@@ -427,6 +428,7 @@ class EpisodeScope(_Scope):
         clone = super()._clone()
         assert isinstance(clone, EpisodeScope)
         clone._episode_id = None  # each call of a decorated function is its own episode
+        clone._reported_error = None
         return clone
 
     #: Options a single call can give its own episode, before the span starts (the
@@ -481,14 +483,20 @@ class EpisodeScope(_Scope):
         and text as they are, anything else as JSON text through the content policy (secrets
         redacted, the redact hook, withheld with content off), at most
         :data:`ARGUMENT_ATTRIBUTE_MAX` characters."""
+        text = self._attribute_value(name, value)
+        if text is not None:
+            self._attributes = {**self._attributes, name: text}
+
+    def _attribute_value(self, name: str, value: Any) -> Any:
+        """What :meth:`_set_argument_attribute` records for ``value`` (None: nothing)."""
         if is_secret_name(name):
-            return
+            return None
         if isinstance(value, (str, bool, int, float)):
             text: Any = value
         else:
             text = content_text(self._resolve_runtime(), name, value)
             if text is None:  # (content is not captured)
-                return
+                return None
         if isinstance(text, str) and len(text) > ARGUMENT_ATTRIBUTE_MAX:
             _warn_once(
                 f"argument attribute:{name}",
@@ -498,8 +506,52 @@ class EpisodeScope(_Scope):
                 len(text),
                 ARGUMENT_ATTRIBUTE_MAX,
             )
+            return None
+        return text
+
+    #: An error the runner reported without raising (``error=return.error_info``), set by
+    #: :meth:`_set_late`; the episode ends errored with it unless an exception came first.
+    _reported_error: Any = None
+
+    def _set_late(self, option: str, value: Any) -> None:
+        """A field known only after the span started (agenttrace.instrument.episode_fields):
+        ``episode_id`` (the id the user's code gives it, ``rl.episode.external_id``; rl.episode.id
+        never changes), ``task_id``, ``error`` or ``attributes.NAME``; None is ignored, and so
+        is anything once the episode ended."""
+        if value is None or self._span is None or self._ended:
             return
-        self._attributes = {**self._attributes, name: text}
+        if option == "error":
+            state = self._frame.episode if self._frame else None
+            # (an exception the episode already errored with, or an earlier report, is kept)
+            if self._reported_error is None and state is not None and state.caught_error is None:
+                self._reported_error = value if value else None
+            return
+        if option.startswith("attributes."):
+            name = option[len("attributes.") :]
+            text = self._attribute_value(name, value)
+        elif option in ("episode_id", "task_id"):
+            scalar = option == "task_id" and isinstance(value, int) and not isinstance(value, bool)
+            name = sc.EPISODE_EXTERNAL_ID if option == "episode_id" else sc.TASK_ID
+            text = value if scalar else self._attribute_value(name, str(value)) or None
+        else:
+            raise ValueError(f"an episode field set late is one of {LATE_FIELDS}, not {option!r}")
+        if text is not None:
+            self._write({name: text})
+
+    def _record_reported_error(self, value: Any) -> None:
+        """The reported error on the span as an ``exception`` event and an ERROR status."""
+        span = self._span
+        assert span is not None
+        if isinstance(value, BaseException):
+            span.record_exception(value)
+            message = str(value)
+        else:
+            kind, message = error_parts(value, ARGUMENT_ATTRIBUTE_MAX)
+            event = {sc.EXCEPTION_MESSAGE: message}
+            if kind:
+                event[sc.EXCEPTION_TYPE] = kind
+            span.add_event(sc.EXCEPTION_EVENT, event)
+        span.set_status(Status(StatusCode.ERROR, message or "episode errored"))
 
     def _prepare(self, runtime, frame, attributes):  # type: ignore[override]
         episode_id = self._episode_id or uuid.uuid4().hex
@@ -596,6 +648,8 @@ class EpisodeScope(_Scope):
                 error = state.caught_error
                 self._span.record_exception(error)
                 self._span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            elif self._reported_error is not None:
+                status = sc.STATUS_ERRORED  # (recorded below)
             else:
                 terminated, _ = state.last_step_flags()
                 if terminated or state.length == 0:
@@ -603,7 +657,10 @@ class EpisodeScope(_Scope):
                 else:
                     status = sc.STATUS_TRUNCATED
         if status == sc.STATUS_ERRORED and exc is None and state.caught_error is None:
-            self._span.set_status(Status(StatusCode.ERROR, "episode errored"))
+            if self._reported_error is not None:
+                self._record_reported_error(self._reported_error)
+            else:
+                self._span.set_status(Status(StatusCode.ERROR, "episode errored"))
         self._span.set_attributes(
             {
                 sc.EPISODE_STATUS: status,

@@ -6,12 +6,16 @@ A target is written ``module:Qualified.name=role`` with optional ``[key=value,..
     pkg.env:Env.step=env.step[extractor=gymnasium]
     pkg.env:Env.step=env.step[extractor=pkg.readers:read_step,action=request.action]
     pkg.agent:Agent.generate=llm[final_on=length,reward=0,terminated=true]
+    pkg.runner:Runner.play_episode=episode[episode_id=return.episode_id,error=return.error_info]
+    pkg.env:Env.get_episode_id=episode.fields[episode_id=return]
 
 Several targets are separated by ``;`` or new lines (``AGENTTRACE_TARGETS``). A file
 (``AGENTTRACE_TARGETS_FILE``, TOML or JSON) lists them under ``targets``, as such strings or
 as tables with ``path``, ``role``, ``extractor``, ``arguments`` and ``settings``. An option is
 an *argument* option (a field the role records, read from the named argument of each call) or
-a *setting* (a fixed value: ``final_on=length``, ``index_base=1``).
+a *setting* (a fixed value: ``final_on=length``, ``index_base=1``). On ``episode`` and
+``episode.fields`` targets a path may start with ``return``: the call's return value, read
+when it returns (agenttrace.instrument.episode_fields).
 docs/auto-instrumentation.md is the user guide.
 
 This module only parses and resolves (imports the module, finds the attribute, checks it is a
@@ -33,6 +37,13 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
+from agenttrace.instrument.episode_fields import (
+    EPISODE_FIELDS,
+    LATE_FIELDS,
+    RECEIVER_NAME,
+    RETURN,
+    EpisodeFieldsScope,
+)
 from agenttrace.instrument.extractors import EXTRACTORS
 from agenttrace.instrument.scope import _Scope
 from agenttrace.instrument.spans import (
@@ -56,15 +67,18 @@ ROLES: dict[str, type[_Scope]] = {
         LLMCallScope,
         ToolCallScope,
         StepRecordScope,
+        EpisodeFieldsScope,
     )
 }
 
 #: Per role, the fields an argument of the traced call can be named as (``task_id=task.id``).
 #: Each field is what that role's decorator already reads from an argument of that name; the
 #: episode's per-call options (its id, policy version, agent and env names) are read, before
-#: its span starts, only when a target names them.
+#: its span starts, only when a target names them. ``error`` (and any field read from the
+#: return value, ``return.x``) is set when the call returns (agenttrace.instrument.episode_fields).
 ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
-    sc.EPISODE: ("task_id", "env", "seed", *EpisodeScope.PER_CALL_OPTIONS),
+    sc.EPISODE: ("task_id", "env", "seed", *EpisodeScope.PER_CALL_OPTIONS, "error"),
+    EPISODE_FIELDS: LATE_FIELDS,
     sc.ENV_RESET: ("seed",),
     sc.TIMESTEP: (),
     sc.AGENT_ACT: ("observation",),
@@ -79,11 +93,13 @@ ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
 #: runner's ``reset_kwargs``) becomes the episode's attribute NAME, through the content policy.
 ATTRIBUTE_OPTION = "attributes."
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+#: Roles whose options may read the call's return value (``episode_id=return.id``).
+RETURN_ROLES = (sc.EPISODE, EPISODE_FIELDS)
 
 
 def _is_attribute_option(role: str, name: str) -> bool:
     return (
-        role == sc.EPISODE
+        role in RETURN_ROLES
         and name.startswith(ATTRIBUTE_OPTION)
         and bool(_ATTRIBUTE_NAME.fullmatch(name[len(ATTRIBUTE_OPTION) :]))
     )
@@ -156,8 +172,8 @@ _ENTRY = re.compile(
 )
 _ARGUMENT_PATH = re.compile(rf"^{_DOTTED}$")
 _FILE_KEYS = ("path", "role", "extractor", "arguments", "settings")
-#: In an argument option, the object (or class) a method is called on (``env=self.env``).
-RECEIVER_NAME = "self"
+# (RECEIVER_NAME, ``self`` in ``env=self.env``, is the object or class a method is called on;
+# RETURN, ``return`` in ``episode_id=return.id``, the call's return value.)
 
 
 class TargetError(ValueError):
@@ -220,8 +236,14 @@ class Target:
         for name, where in arguments.items():
             if name not in allowed and not _is_attribute_option(self.role, name):
                 accepted = (*allowed, *SETTINGS.get(self.role, ()))
-                if self.role == sc.EPISODE:
+                if self.role in RETURN_ROLES:
                     accepted = (*accepted, f"{ATTRIBUTE_OPTION}NAME")
+                if name == "error":
+                    raise TargetError(
+                        f"target {self.path}: error={where}: only {' and '.join(RETURN_ROLES)} "
+                        "targets take error (the error a runner reports, e.g. "
+                        "error=return.error_info)"
+                    )
                 if self.role in EXTRACTOR_ROLES:
                     accepted = (*accepted, "extractor")
                 raise TargetError(
@@ -233,7 +255,36 @@ class Target:
                     f"target {self.path}: {name}={where!r} must name an argument, optionally "
                     "followed by attribute or key names (e.g. task.id)"
                 )
+            self._check_return_path(name, where)
+        if self.role == EPISODE_FIELDS and not arguments:
+            raise TargetError(
+                f"target {self.path}: an {EPISODE_FIELDS} target sets the fields it names; "
+                f"name one (e.g. episode_id=return): {', '.join(LATE_FIELDS)} or "
+                f"{ATTRIBUTE_OPTION}NAME"
+            )
         object.__setattr__(self, "arguments", arguments)
+
+    def _check_return_path(self, name: str, where: str) -> None:
+        """``return...`` only where a return value is read, for fields that can wait for it."""
+        reads_return = where.split(".")[0] == RETURN
+        if reads_return and self.role not in RETURN_ROLES:
+            raise TargetError(
+                f"target {self.path}: {name}={where}: role {self.role} does not read the "
+                f"return value; only {' and '.join(RETURN_ROLES)} targets take return paths"
+            )
+        if self.role != sc.EPISODE:
+            return
+        if reads_return and name not in LATE_FIELDS and not name.startswith(ATTRIBUTE_OPTION):
+            raise TargetError(
+                f"target {self.path}: {name}={where}: {name} is read when the call starts, "
+                f"before there is a return value; from the return value an episode takes "
+                f"{', '.join(LATE_FIELDS)} and {ATTRIBUTE_OPTION}NAME"
+            )
+        if name == "error" and not reads_return:
+            raise TargetError(
+                f"target {self.path}: error={where}: an episode reads its error from the "
+                "return value (error=return or error=return.NAME)"
+            )
 
     def _checked_settings(self) -> dict[str, Any]:
         known = SETTINGS.get(self.role, {})
@@ -560,6 +611,18 @@ def _check_traceable(target: Target, site: Site) -> None:
         )
     if target.arguments:
         check_arguments(target, site)
+    function = site.function
+    returns = [f"{k}={v}" for k, v in target.arguments.items() if v.split(".")[0] == RETURN]
+    if target.role == EPISODE_FIELDS and inspect.isasyncgenfunction(function):
+        raise TargetError(
+            f"target {target.path}: is an async generator, which returns no value; "
+            f"{EPISODE_FIELDS} needs a function, coroutine function or generator"
+        )
+    if target.role == sc.EPISODE and returns and _is_generator(function):
+        raise TargetError(
+            f"target {target.path}: {', '.join(returns)}: an episode played by a generator "
+            "has no return value agenttrace reads; name a function or coroutine function"
+        )
 
 
 def check_arguments(target: Target, site: Site) -> None:
@@ -577,11 +640,15 @@ def check_arguments(target: Target, site: Site) -> None:
         return  # any keyword may arrive through **kwargs
     for field_name, where in target.arguments.items():
         first = where.split(".")[0]
-        if first not in names:
+        if first not in names and first != RETURN:  # (a keyword: never a parameter's name)
             raise TargetError(
                 f"target {target.path}: {field_name}={where}: the function has no argument "
                 f"{first!r} (its arguments: {', '.join(sorted(names)) or 'none'})"
             )
+
+
+def _is_generator(function: Any) -> bool:
+    return inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
 
 
 def resolve_extractor(target: Target) -> Callable[[Any], Any] | str | None:
