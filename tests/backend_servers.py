@@ -301,6 +301,7 @@ class OtlpReceiver:
         )
 
         self.spans: list[Any] = []
+        self.trace_bodies: list[bytes] = []  # each /v1/traces request as it arrived
         self.metrics: dict[str, list[Any]] = {}  # by name, one entry per export
         self.resources: list[dict[str, str]] = []  # of each metrics export
         receiver = self
@@ -309,6 +310,7 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.path == "/v1/traces":
+                    receiver.trace_bodies.append(body)
                     traces = ExportTraceServiceRequest.FromString(body)
                     for resource_spans in traces.resource_spans:
                         for scope_spans in resource_spans.scope_spans:

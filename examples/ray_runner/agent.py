@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any
 
+from opentelemetry import trace
+
 SYSTEM_PROMPT = "You are a careful calculator. Never compute in your head: use the tools."
 
 _QUESTION = re.compile(r"^Compute (?P<expression>.+?)\. Use")
@@ -24,15 +26,40 @@ Operand = tuple[str, int]
 
 
 class ScriptedLLM:
-    def __init__(self, model: str = "scripted-calculator-1") -> None:
+    def __init__(
+        self, model: str = "scripted-calculator-1", tracer: trace.Tracer | None = None
+    ) -> None:
         self.model = model
         self.calls = 0
+        self.tracer = tracer or trace.NoOpTracer()
 
     def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         """One chat completion, as an OpenAI-compatible server would return it.
 
-        ``tools`` are the schemas on offer; the script only ever calls offered tools.
+        ``tools`` are the schemas on offer; the script only ever calls offered tools. The call
+        is traced as an OpenTelemetry-instrumented LLM client traces it (GenAI conventions).
         """
+        with self.tracer.start_as_current_span(f"chat {self.model}") as span:
+            response = self._answer(messages, tools)
+            if span.is_recording():
+                message = response["choices"][0]["message"]
+                span.set_attributes(
+                    {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.request.model": self.model,
+                        "gen_ai.response.model": response["model"],
+                        "gen_ai.response.id": response["id"],
+                        "gen_ai.input.messages": json.dumps(messages),
+                        "gen_ai.output.messages": json.dumps([message]),
+                        "gen_ai.tool.definitions": json.dumps(tools),
+                        "gen_ai.response.finish_reasons": ["tool_calls"],
+                        "gen_ai.usage.input_tokens": response["usage"]["prompt_tokens"],
+                        "gen_ai.usage.output_tokens": response["usage"]["completion_tokens"],
+                    }
+                )
+            return response
+
+    def _answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
         self.calls += 1
         question = next(m["content"] for m in messages if m["role"] == "user")
         plan = _plan(_QUESTION.match(question)["expression"])

@@ -17,13 +17,26 @@ import ray
 
 from ray_runner.runner import Runner, Task
 
+def _task(
+    task_id: str, expression: str, seed: int, max_timesteps: int = 8, **more: object
+) -> Task:
+    reset_kwargs = {"expression": expression, "seed": seed, "task_unique_id": task_id, **more}
+    return Task(task_id, reset_kwargs, max_timesteps)
+
+
 TASKS = [
-    Task("sum", {"expression": "3 + 4"}),
-    Task("product-of-sum", {"expression": "(3 + 4) * 5"}),
-    Task("mixed", {"expression": "2 * (10 - 4) + 7"}),
-    Task("unparsable", {"expression": "2 +* 3"}),  # fails at reset
-    Task("over-budget", {"expression": "(1 + 2) * (3 + 4) - 5"}, max_timesteps=3),
-    Task("answer", {"expression": "6 * 7"}),
+    _task("sum", "3 + 4", 1, step_cost=-0.05),
+    _task("product-of-sum", "(3 + 4) * 5", 2),  # operations not rated: reward None
+    _task("mixed", "2 * (10 - 4) + 7", 3, step_cost=-0.05),
+    _task("unparsable", "2 +* 3", 4),  # fails at reset
+    _task("over-budget", "(1 + 2) * (3 + 4) - 5", 5, max_timesteps=3, step_cost=-0.05),
+    _task("answer", "6 * 7", 6),
+    _task("tool-server-down", "(2 + 3) * (4 + 5) - 1", 7, step_cost=-0.05, fail_at_step=2),
+    _task("difference", "10 - 3", 8),
+    _task("nested", "((1 + 1) * 3) + 4", 9, step_cost=-0.1),
+    _task("not-supported", "7 / 2", 10),  # fails at reset: no division
+    _task("short-budget", "1 + 2 + 3 + 4", 11, max_timesteps=2),
+    _task("square", "9 * 9", 12, step_cost=-0.05),
 ]
 
 
@@ -49,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     for record in records:
         timesteps = record["timesteps"]
         outcome = record["error_info"]["message"] if record["error_info"] else "ok"
-        total = sum(t["reward"] for t in timesteps)
+        total = sum(t["reward"] for t in timesteps if t["reward"] is not None)
         summary = f"{len(timesteps)} timesteps, return {total:+.2f}, {outcome}"
         print(f"{record['task_id']:>15}: {summary}")
 
