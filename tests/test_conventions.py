@@ -457,3 +457,36 @@ def test_a_program_with_only_its_own_tracer_gets_trajectories_with_no_targets(
         ("t1", 2, 2.0, sc.STATUS_COMPLETED),
         ("t2", 3, 3.0, sc.STATUS_COMPLETED),
     ]
+
+
+def test_an_episode_known_only_by_attributes_set_after_its_start(tmp_path) -> None:
+    """traceloop-sdk sets its span kind just after the span starts: the span becomes the
+    episode when its first child starts, so live equals offline whatever the order."""
+    conventions = Conventions(
+        (
+            SpanRule("episode", attribute="kind", values=("workflow",), root_only=True),
+            SpanRule("env.step", name="step"),
+        ),
+        {"reward": ("r",), "done": ("finished",), "timestep_index": ("i",)},
+    )
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    runtime = at.configure(
+        tracer_provider=provider, out=str(tmp_path), conventions=conventions, exit_report=False
+    )
+    tracer = provider.get_tracer("late")
+    for number in range(2):
+        with tracer.start_as_current_span(f"run {number}") as root:
+            root.set_attribute("kind", "workflow")  # after the start
+            for index in range(3):
+                with tracer.start_as_current_span("step") as step:
+                    step.set_attributes({"i": index, "r": float(number), "finished": index == 2})
+    runtime.shutdown()
+    live = load_trajectories(str(runtime.run_dir / "trajectories*.jsonl"))
+    assert sorted((t.length, t.return_, t.status) for t in live) == [
+        (3, 0.0, sc.STATUS_COMPLETED),
+        (3, 3.0, sc.STATUS_COMPLETED),
+    ]
+    stored = [_unstamped(record_from_span(span)) for span in memory.get_finished_spans()]
+    assert_same_episodes(live, assemble(stored, conventions=conventions))

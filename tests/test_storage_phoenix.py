@@ -553,3 +553,52 @@ def test_nested_attributes_are_flattened_back() -> None:
         "openinference.span.kind": "TOOL",
     }
     assert {"odd", "gone"} <= record.lossy.keys()
+
+
+def test_an_openinference_agents_own_traces_in_phoenix_become_trajectories(
+    phoenix, tmp_path
+) -> None:
+    """Traces an OpenInference-instrumented agent sent to Phoenix before agenttrace was
+    installed (its own exporter, no agenttrace in the process): ``agenttrace export --from
+    phoenix --conventions openinference`` rebuilds every episode, checked against what the
+    agent and the local model server did."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from test_conventions_openinference import WEATHER, AgentServer, run_agent
+    from test_openai_genai import serving
+
+    project = "openinference-agent"
+    resource = Resource.create({"openinference.project.name": project})
+    provider = TracerProvider(resource=resource)
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    exporter = OTLPSpanExporter(endpoint=phoenix.otlp_traces_endpoint, timeout=10)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    server_run = serving(AgentServer)
+    server = next(server_run)
+    try:
+        episodes = run_agent(provider, server)
+    finally:
+        provider.shutdown()
+        server_run.close()
+    sent = memory.get_finished_spans()
+    assert not any(k.startswith("rl.") for span in sent for k in span.attributes)
+    wait_for_spans(phoenix.url, project, len(sent))
+
+    out = tmp_path / "agent.jsonl"
+    source = f"phoenix+{phoenix.url}/{project}"
+    code = main(["export", "--from", source, "--out", str(out), "--quiet",
+                 "--conventions", "openinference"])  # fmt: skip
+    assert code == 0
+    rebuilt = sorted(load_trajectories(out), key=lambda t: t.task_id)
+    assert [t.task_id for t in rebuilt] == [e.session for e in episodes]
+    for trajectory, episode in zip(rebuilt, episodes, strict=True):
+        assert trajectory.status == "completed"
+        assert [step.llm_calls[0].input_messages for step in trajectory.steps] == episode.sent
+        tools = [(c.arguments, c.result) for s in trajectory.steps for c in s.tool_calls]
+        assert tools == [(arguments, result) for _, arguments, result in episode.tool_calls]
+        assert all(result == WEATHER[arguments["city"]] for arguments, result in tools)
+        assert trajectory.steps[-1].action == episode.answer

@@ -19,7 +19,7 @@ from typing import Any
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error
 from agenttrace._secrets import REDACTED, is_secret_name
-from agenttrace.trajectory import codec
+from agenttrace.trajectory import codec, foreign_formats
 from agenttrace.trajectory.records import SpanRecord
 
 Redact = Callable[[str, Any], Any]
@@ -27,12 +27,15 @@ Redact = Callable[[str, Any], Any]
 
 def is_content_key(key: str) -> bool:
     """Whether ``key`` holds message content (flattened formats: only the content leaves, so
-    roles, finish reasons and tool names stay)."""
+    roles, finish reasons and tool names stay): GenAI's, and OpenInference's and OpenLLMetry's
+    own (agenttrace.trajectory.foreign_formats)."""
     if key in sc.GEN_AI_CONTENT_ATTRIBUTES:
         return True
-    return key.startswith(sc.GEN_AI_CONTENT_PREFIXES) and key.endswith(
+    if key.startswith(sc.GEN_AI_CONTENT_PREFIXES) and key.endswith(
         sc.GEN_AI_FLATTENED_CONTENT_LEAVES
-    )
+    ):
+        return True
+    return foreign_formats.is_content_key(key)
 
 
 class ForeignSpanPolicy:

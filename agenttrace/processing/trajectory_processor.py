@@ -179,24 +179,52 @@ class TrajectoryProcessor(SpanProcessor):
                 if span.name == sc.ENV_VECTOR_STEP:
                     return  # steps of several episodes (each entry names its own)
                 if self._starts_foreign_episode(span, attributes):
-                    context = span.context
-                    episode_id = derived_episode_id(context.trace_id, context.span_id)
-                    is_episode = True
-                else:
-                    episode_id = _inherited_episode_id(parent_context)
+                    self._open_foreign_episode(span)
+                    return
+                episode_id = _inherited_episode_id(parent_context)
+                if episode_id is None:
+                    episode_id = self._parent_become_episode(parent_context)
                     if episode_id is None:
                         return
                 span.set_attribute(sc.EPISODE_ID, episode_id)
             if is_episode:
-                episode = self._track(str(episode_id), span.context.span_id)
-                if episode is not None and episode.start_record is None:
-                    record = record_from_span(span)
-                    record = record._replace(attributes=dict(record.attributes))
-                    if self._conventions is not None:
-                        record = self._conventions.translate(record)[0]
-                    episode.start_record = record
+                self._track_episode_span(str(episode_id), span)
         except Exception:
             self._internal_error("on_start")
+
+    def _track_episode_span(self, episode_id: str, span: Span) -> None:
+        episode = self._track(episode_id, span.context.span_id)
+        if episode is not None and episode.start_record is None:
+            record = record_from_span(span)
+            record = record._replace(attributes=dict(record.attributes))
+            if self._conventions is not None:
+                record = self._conventions.translate(record)[0]
+            episode.start_record = record  # (stands in for the span if it never ends)
+
+    def _open_foreign_episode(self, span: Span) -> str:
+        """Another tracer's episode span: its derived id stamped on it, and tracked."""
+        context = span.context
+        episode_id = derived_episode_id(context.trace_id, context.span_id)
+        span.set_attribute(sc.EPISODE_ID, episode_id)
+        self._track_episode_span(episode_id, span)
+        return episode_id
+
+    def _parent_become_episode(self, parent_context: Context | None) -> str | None:
+        """The id of a parent span of another tracer that is an episode only by attributes
+        set after it started (traceloop-sdk sets its span kind just after the start): it is
+        opened now, when its first child starts, so the same spans make the episode live as
+        offline."""
+        if self._conventions is None:
+            return None
+        parent = trace.get_current_span(parent_context)
+        if not isinstance(parent, Span) or parent.end_time is not None:
+            return None
+        attributes = _attributes_of(parent)
+        if attributes.get(sc.EPISODE_ID) is not None:
+            return None
+        if not self._starts_foreign_episode(parent, attributes):
+            return None
+        return self._open_foreign_episode(parent)
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._closed:
@@ -211,10 +239,10 @@ class TrajectoryProcessor(SpanProcessor):
                     return
             record = record_from_span(span)
             if record.scope_name != sc.INSTRUMENTATION_SCOPE:
-                record = self._foreign.apply(record)
                 if self._conventions is not None:
                     self._take_translated(record)
                     return
+                record = self._foreign.apply(record)
             if episode_id is None:
                 self._put_spans([record])
                 return
@@ -237,8 +265,10 @@ class TrajectoryProcessor(SpanProcessor):
         return conventions.starts_episode(span.name, attributes, is_root)
 
     def _take_translated(self, record: SpanRecord) -> None:
-        """Another tracer's span, in agenttrace's names (agenttrace.trajectory.conventions)."""
+        """Another tracer's span, in agenttrace's names (agenttrace.trajectory.conventions),
+        then under the content policy (which so covers what the translation wrote too)."""
         for part in self._conventions.translate(record):  # type: ignore[union-attr]
+            part = self._foreign.apply(part)
             episode_id = part.attributes.get(sc.EPISODE_ID)
             if episode_id is None:
                 if self._keeps_all_spans:

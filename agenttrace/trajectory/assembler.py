@@ -393,7 +393,7 @@ class EpisodeAssembly:
                     lossy.setdefault(path, reason)
             trajectory.lossy = lossy
         if self.scores:
-            apply_scores(trajectory, _valid_scores(self.scores))
+            apply_scores(trajectory, _valid_scores(self.scores, self.episode_id))
         return trajectory
 
 
@@ -655,10 +655,15 @@ def _merged_info(infos: list[Any], own: bool) -> Any:
     return merged
 
 
-def _valid_scores(records: Sequence[SpanRecord]) -> list[Score]:
-    """The scores of score spans; a malformed one is left out (the others count)."""
+def _valid_scores(records: Sequence[SpanRecord], episode_id: str | None) -> list[Score]:
+    """The scores of score spans; a malformed one is left out (the others count). A score
+    span of another tracer read through a conventions mapping (an Agent Lightning reward
+    annotation stored without agenttrace) has no rl.episode.id: it joined this episode
+    through its parents, so it is this episode's."""
     scores = []
     for record in records:
+        if episode_id is not None and sc.EPISODE_ID not in record.attributes:
+            record = record._replace(attributes={**record.attributes, sc.EPISODE_ID: episode_id})
         try:
             scores.append(score_from_record(record))
         except ValueError:

@@ -375,16 +375,18 @@ PRESETS: dict[str, Conventions] = {
         ("runner",),
     ),
     # OpenTelemetry GenAI agent spans: an invoke_agent span with no parent in its process is
-    # the episode; its chat and execute_tool spans are read as they are.
+    # the episode, and so is an invoke_workflow span (opentelemetry-util-genai's workflow(),
+    # around the agents it runs); their chat and execute_tool spans are read as they are.
     "genai": Conventions(
         (
             SpanRule(
                 "episode",
                 attribute=sc.GEN_AI_OPERATION_NAME,
-                values=("invoke_agent",),
+                values=("invoke_agent", "invoke_workflow"),
                 root_only=True,
             ),
             SpanRule("episode", name_prefix="invoke_agent", root_only=True),
+            SpanRule("episode", name_prefix="invoke_workflow", root_only=True),
         ),
         {"episode_id": (sc.GEN_AI_CONVERSATION_ID,)},
         ("genai",),
@@ -416,7 +418,11 @@ PRESETS: dict[str, Conventions] = {
         ("openinference",),
     ),
     # OpenLLMetry (Traceloop): a root workflow or agent span is the episode, tool spans are
-    # tool calls; its model-call spans (llm.request.type) are read as they are.
+    # tool calls; its model-call spans (GenAI keys, or llm.request.type) are read as they are.
+    # traceloop-sdk sets traceloop.span.kind just after the span starts; as it starts, the
+    # SDK's own span processor (added before agenttrace's by Traceloop.init) gives it
+    # traceloop.workflow.name (an @workflow) or gen_ai.agent.name (an @agent): those make the
+    # live episode, so its spans join it.
     "traceloop": Conventions(
         (
             SpanRule(
@@ -425,6 +431,8 @@ PRESETS: dict[str, Conventions] = {
                 values=("workflow", "agent"),
                 root_only=True,
             ),
+            SpanRule("episode", attribute="traceloop.workflow.name", root_only=True),
+            SpanRule("episode", attribute="gen_ai.agent.name", root_only=True),
             SpanRule(
                 "tool",
                 attribute="traceloop.span.kind",

@@ -5,13 +5,16 @@ plays; when that role's data sits in a structured format of its own, one functio
 it into the GenAI / ``rl.*`` attributes the assembler reads. One function per format and role:
 
 * ``openinference`` (Arize OpenInference): ``llm.input_messages.{i}.message.*`` and
-  ``llm.output_messages.*`` flattened messages, ``llm.tools.{i}.tool.json_schema``,
-  ``llm.model_name``, ``llm.token_count.*``; tool spans' ``tool.name``, ``input.value``,
-  ``output.value``;
+  ``llm.output_messages.*`` flattened messages (text ``content`` or ``contents.{j}`` parts,
+  ``tool_calls.{j}.tool_call.*``), ``llm.tools.{i}.tool.json_schema``, ``llm.model_name``
+  (the response's model), ``llm.invocation_parameters`` (JSON: the request's model and
+  parameters), ``llm.token_count.*``, ``llm.finish_reason``; tool spans' ``tool.name``,
+  ``input.value``, ``output.value`` (plain text when ``*.mime_type`` is ``text/plain``);
 * ``traceloop`` (OpenLLMetry): tool spans' ``traceloop.entity.name/input/output`` (its model
   calls already use GenAI keys, read by :mod:`agenttrace.trajectory.genai`);
 * ``agentlightning`` (Agent Lightning's annotation spans): ``agentlightning.reward.{i}.name``
-  and ``.value`` pairs, the first the primary reward; each pair becomes one score.
+  and ``.value`` pairs, the first the primary reward; each pair becomes one score (spans of
+  versions before 0.3: a plain ``reward`` attribute).
 
 Each returns the attributes to add (never overwriting what the span already has in
 agenttrace's keys) or, for scores, the score attributes; values it cannot read are left out.
@@ -20,6 +23,7 @@ agenttrace's keys) or, for scores, the score attributes; values it cannot read a
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -34,10 +38,20 @@ _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 _OI_MESSAGE = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
 _OI_TOOL_CALL = re.compile(r"^tool_calls\.(\d+)\.tool_call\.(.+)$")
+_OI_CONTENT_PART = re.compile(r"^contents\.(\d+)\.message_content\.(.+)$")
 _OI_TOOL_SCHEMA = re.compile(r"^llm\.tools\.(\d+)\.tool\.json_schema$")
 #: At most this many messages, tool calls or tools are read from one span (indices beyond it
 #: are ignored: nothing is allocated from a number a span claims).
 _MAX_ITEMS = 4096
+_OI_TEXT = "text/plain"
+#: ``llm.invocation_parameters`` entries -> the GenAI request attribute each becomes.
+_OI_PARAMETERS = (
+    ("temperature", sc.GEN_AI_REQUEST_PARAMETERS["temperature"]),
+    ("top_p", sc.GEN_AI_REQUEST_PARAMETERS["top_p"]),
+    ("max_tokens", sc.GEN_AI_REQUEST_PARAMETERS["max_tokens"]),
+    ("max_completion_tokens", sc.GEN_AI_REQUEST_PARAMETERS["max_tokens"]),
+    ("seed", sc.GEN_AI_REQUEST_PARAMETERS["seed"]),
+)
 
 
 def _json_or_text(value: Any) -> Any:
@@ -50,7 +64,8 @@ def _json_or_text(value: Any) -> Any:
 
 
 def _openinference_messages(attributes: Attributes) -> tuple[list[dict], list[dict]]:
-    """The input and output messages of an OpenInference LLM span, OpenAI-style."""
+    """The input and output messages of an OpenInference LLM span, OpenAI-style (``role``,
+    ``content``: text, a list of parts or None, ``tool_calls``, ``tool_call_id``, ``name``)."""
     found: dict[str, dict[int, dict[str, Any]]] = {"input": {}, "output": {}}
     for key, value in attributes.items():
         match = _OI_MESSAGE.match(key)
@@ -61,36 +76,65 @@ def _openinference_messages(attributes: Attributes) -> tuple[list[dict], list[di
             continue
         message = found[side].setdefault(index, {})
         call = _OI_TOOL_CALL.match(field)
+        part = _OI_CONTENT_PART.match(field) if call is None else None
         if call is not None:
-            call_index = int(call[1])
-            if call_index >= _MAX_ITEMS:
-                continue
-            calls = message.setdefault("tool_calls", {})
-            entry = calls.setdefault(call_index, {"type": "function", "function": {}})
-            if call[2] == "id":
-                entry["id"] = value
-            elif call[2] == "function.name":
-                entry["function"]["name"] = value
-            elif call[2] == "function.arguments":
-                entry["function"]["arguments"] = value
-        elif field == "role":
-            message["role"] = value
-        elif field == "content":
-            message["content"] = value
-        elif field == "name":
-            message["name"] = value
-        elif field == "tool_call_id":
-            message["tool_call_id"] = value
+            if int(call[1]) < _MAX_ITEMS:
+                entry = message.setdefault("tool_calls", {}).setdefault(int(call[1]), {})
+                entry[call[2]] = value
+        elif part is not None:
+            if int(part[1]) < _MAX_ITEMS:
+                message.setdefault("contents", {}).setdefault(int(part[1]), {})[part[2]] = value
+        elif field in ("role", "content", "name", "tool_call_id"):
+            message[field] = value
+        elif field in ("function_call_name", "function_call_arguments_json"):
+            message.setdefault("function_call", {})[field] = value
     sides = []
     for side in ("input", "output"):
-        messages = []
-        for _, message in sorted(found[side].items()):
-            calls = message.pop("tool_calls", None)
-            if calls:
-                message["tool_calls"] = [call for _, call in sorted(calls.items())]
-            messages.append(message)
-        sides.append(messages)
+        sides.append([_oi_message(message) for _, message in sorted(found[side].items())])
     return sides[0], sides[1]
+
+
+def _oi_message(found: dict[str, Any]) -> dict[str, Any]:
+    """One flattened message as an OpenAI-style message (``content`` always present)."""
+    message: dict[str, Any] = {"role": found.get("role")}
+    parts = found.get("contents")
+    if "content" in found or not parts:
+        message["content"] = found.get("content")
+    else:
+        message["content"] = [_oi_content_part(part) for _, part in sorted(parts.items())]
+    calls = found.get("tool_calls")
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {
+                    "name": call.get("function.name"),
+                    "arguments": call.get("function.arguments"),
+                },
+            }
+            for _, call in sorted(calls.items())
+        ]
+    function_call = found.get("function_call")
+    if function_call:
+        message["function_call"] = {
+            "name": function_call.get("function_call_name"),
+            "arguments": function_call.get("function_call_arguments_json"),
+        }
+    for key in ("tool_call_id", "name"):
+        if key in found:
+            message[key] = found[key]
+    return message
+
+
+def _oi_content_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A ``message_content`` part as an OpenAI content part (other kinds keep their keys)."""
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "text", "text": part.get("text")}
+    if kind == "image" and "image.image.url" in part:
+        return {"type": "image_url", "image_url": {"url": part["image.image.url"]}}
+    return dict(part)
 
 
 def openinference_llm(attributes: Attributes) -> dict[str, Any]:
@@ -108,12 +152,21 @@ def openinference_llm(attributes: Attributes) -> dict[str, Any]:
     )
     if tools:
         out[sc.GEN_AI_TOOL_DEFINITIONS] = _compact([tool for _, tool in tools])
+    parameters = _json_or_text(attributes.get("llm.invocation_parameters"))
+    if not isinstance(parameters, dict):
+        parameters = {}
+    # llm.model_name is the model that answered (OpenInference's OpenAI instrumentation takes
+    # it from the response); the model asked for is in the invocation parameters.
     model = attributes.get("llm.response.model_name") or attributes.get("llm.model_name")
     if isinstance(model, str) and model:
         out[sc.GEN_AI_RESPONSE_MODEL] = model
-    requested = attributes.get("llm.request.model_name") or attributes.get("llm.model_name")
+    requested = attributes.get("llm.request.model_name") or parameters.get("model")
     if isinstance(requested, str) and requested:
         out[sc.GEN_AI_REQUEST_MODEL] = requested
+    for name, ours in _OI_PARAMETERS:
+        value = parameters.get(name)
+        if _is_number(value) and ours not in out:
+            out[ours] = value
     provider = attributes.get("llm.provider") or attributes.get("llm.system")
     if isinstance(provider, str) and provider:
         out[sc.GEN_AI_PROVIDER_NAME] = provider
@@ -131,18 +184,25 @@ def openinference_llm(attributes: Attributes) -> dict[str, Any]:
 
 
 def openinference_tool(attributes: Attributes) -> dict[str, Any]:
-    """An OpenInference TOOL span's call, in GenAI keys."""
+    """An OpenInference TOOL span's call, in GenAI keys. A ``text/plain`` input or output is
+    that text (kept as a JSON string, so text such as ``42`` is not read as a number)."""
     out: dict[str, Any] = {sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_EXECUTE_TOOL}
     for theirs, ours in (
         ("tool.name", sc.GEN_AI_TOOL_NAME),
         ("tool.id", sc.GEN_AI_TOOL_CALL_ID),
         ("tool_call.id", sc.GEN_AI_TOOL_CALL_ID),
-        ("input.value", sc.GEN_AI_TOOL_CALL_ARGUMENTS),
-        ("output.value", sc.GEN_AI_TOOL_CALL_RESULT),
     ):
         value = attributes.get(theirs)
-        if isinstance(value, str) and ours not in out:
+        if isinstance(value, str) and value and ours not in out:
             out[ours] = value
+    for side, ours in (
+        ("input", sc.GEN_AI_TOOL_CALL_ARGUMENTS),
+        ("output", sc.GEN_AI_TOOL_CALL_RESULT),
+    ):
+        value = attributes.get(f"{side}.value")
+        if isinstance(value, str):
+            plain = attributes.get(f"{side}.mime_type") == _OI_TEXT
+            out[ours] = _compact(value) if plain else value
     return out
 
 
@@ -176,17 +236,20 @@ def agentlightning_scores(attributes: Attributes) -> list[dict[str, Any]]:
 
     The first pair is the primary reward: it becomes the score ``reward`` (added to the
     reward of the episode's last step, as Agent Lightning's own ``find_final_reward`` reads
-    it); the others keep their names. A span of the older single-value form
-    (``agentlightning.reward`` = a number) gives one ``reward`` score.
+    it); the others keep their names. A span of the older single-value form (a number in
+    ``reward``, as Agent Lightning 0.2 wrote it, or in ``agentlightning.reward``) gives one
+    ``reward`` score. A value that is not a finite number is left out (a primary reward so left
+    out gives no ``reward`` score; the other pairs still count).
     """
     pairs: dict[int, dict[str, Any]] = {}
     for key, value in attributes.items():
         match = _AGL_REWARD.match(key)
         if match is not None and int(match[1]) < _MAX_ITEMS:
             pairs.setdefault(int(match[1]), {})[match[2]] = value
-    single = attributes.get("agentlightning.reward")
-    if not pairs and _is_number(single):
-        pairs[0] = {"name": "primary", "value": single}
+    if not pairs:  # before 0.3: one value, in ``reward`` (or ``agentlightning.reward``)
+        single = attributes.get("reward", attributes.get("agentlightning.reward"))
+        if _is_number(single):
+            pairs[0] = {"name": "primary", "value": single}
     scores = []
     for position, (_, pair) in enumerate(sorted(pairs.items())):
         value = pair.get("value")
@@ -200,7 +263,41 @@ def agentlightning_scores(attributes: Attributes) -> list[dict[str, Any]]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# --- content, for the content policy ----------------------------------------------------------
+
+#: Attributes of these formats that hold message or tool content (text the user's program
+#: sent or got), whole: agenttrace's content policy applies to them as to GenAI content.
+CONTENT_ATTRIBUTES = frozenset(
+    {
+        "input.value",
+        "output.value",
+        "llm.prompts",
+        "llm.invocation_parameters",  # (may hold the request's messages)
+        "traceloop.entity.input",
+        "traceloop.entity.output",
+    }
+)
+#: Flattened content: a key with one of these prefixes and one of the leaves after it.
+CONTENT_PREFIXES = ("llm.input_messages.", "llm.output_messages.", "llm.tools.", "llm.prompts.")
+CONTENT_LEAVES = (
+    ".message.content",
+    ".message_content.text",
+    ".message_content.image.image.url",
+    ".tool_call.function.arguments",
+    ".message.function_call_arguments_json",
+    ".tool.json_schema",
+)
+
+
+def is_content_key(key: str) -> bool:
+    """Whether ``key`` holds content in one of these formats."""
+    if key in CONTENT_ATTRIBUTES:
+        return True
+    return key.startswith(CONTENT_PREFIXES) and key.endswith(CONTENT_LEAVES)
 
 
 #: Format name -> (role it reads, reader). ``agentlightning`` gives a list of scores.
