@@ -490,3 +490,47 @@ def test_an_episode_known_only_by_attributes_set_after_its_start(tmp_path) -> No
     ]
     stored = [_unstamped(record_from_span(span)) for span in memory.get_finished_spans()]
     assert_same_episodes(live, assemble(stored, conventions=conventions))
+
+
+def test_a_rule_matches_on_each_of_its_conditions() -> None:
+    by_prefix = SpanRule("env.step", name_prefix="turn")
+    assert by_prefix.matches("turn 3", {}, False) and not by_prefix.matches("tur", {}, False)
+    named = SpanRule("timestep", name="step", attribute="kind")
+    assert named.matches("step", {"kind": 0}, False)
+    assert not named.matches("step", {}, False) and not named.matches("steps", {"kind": 0}, False)
+    valued = SpanRule("llm", attribute="kind", values=("LLM", "CHAT"))
+    assert valued.matches("x", {"kind": "CHAT"}, False)
+    assert not valued.matches("x", {"kind": "TOOL"}, False) and not valued.matches("x", {}, False)
+    rooted = SpanRule("episode", name="run", root_only=True)
+    assert rooted.matches("run", {}, True) and not rooted.matches("run", {}, False)
+    conventions = Conventions((valued, rooted))
+    assert conventions.starts_episode("run", {}, True)
+    assert not conventions.starts_episode("run", {}, False)
+    assert not conventions.starts_episode("x", {"kind": "LLM"}, True)
+
+
+def test_llm_and_tool_roles_without_a_format_get_their_operation() -> None:
+    conventions = Conventions(
+        (SpanRule("llm", name="generate"), SpanRule("tool", name="search")),
+        {"task_id": ("task",)},
+    )
+    (llm,) = conventions.translate(_record("generate", {"task": "t"}))
+    (tool,) = conventions.translate(_record("search", {}))
+    assert llm.name == "generate" and tool.name == "search"  # they keep their names
+    assert llm.attributes[sc.GEN_AI_OPERATION_NAME] == sc.GEN_AI_OPERATION_CHAT
+    assert tool.attributes[sc.GEN_AI_OPERATION_NAME] == sc.GEN_AI_OPERATION_EXECUTE_TOOL
+    assert "agenttrace.span.name" not in llm.attributes and sc.EPISODE_ID not in llm.attributes
+    (already,) = PRESETS["runner"].translate(_record("episode", {}, status_code="ERROR"))
+    assert already.status_code == "ERROR" and already.events == ()
+    (empty,) = PRESETS["runner"].translate(_record("episode", {"error_info": ""}))
+    assert empty.status_code == "UNSET" and empty.events == ()
+
+
+def test_combined_mappings_keep_both_keys_in_order() -> None:
+    first = Conventions((SpanRule("episode", name="a"),), {"reward": ("r1", "shared")}, ("one",))
+    second = Conventions((SpanRule("episode", name="b"),), {"reward": ("shared", "r2")}, ("two",))
+    both = first.combined(second)
+    assert both.fields["reward"] == ("r1", "shared", "r2")
+    assert [rule.name for rule in both.spans] == ["a", "b"]
+    assert both.sources == ("one", "two") and both.describe() == "one, two"
+    assert Conventions().describe() == "(empty)" and not Conventions()
