@@ -226,7 +226,7 @@ def make_case(kind: str, seed: int, clean: bytes) -> Case:
 # --- the clean run ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(repr=False)
 class CleanRun:
     spans: Path
     trajectories: Path
@@ -234,6 +234,9 @@ class CleanRun:
     span_line_episodes: list[set[str]]
     trajectory_line_episodes: list[set[str]]
     by_id: dict[str, str]  # episode id -> its clean trajectory as JSON text
+
+    def __repr__(self) -> str:
+        return f"CleanRun({self.spans.parent}, {len(self.by_id)} episodes)"
 
 
 def make_clean_run(folder: Path) -> CleanRun:
