@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from rich.text import Text
 
-from agenttrace.cli.summary import usable_return
+from agenttrace.cli.summary import printable, usable_return
 from agenttrace.trajectory.model import LLMCall, Step, ToolCall, Trajectory
 
 #: Characters of a message, observation or other value shown before it is cut (``--max-chars``).
@@ -33,6 +33,8 @@ MAX_ITEMS = 10
 ARRAY_ELEMENTS = 16
 #: Episode ids kept to suggest when a requested id is not found.
 SUGGESTED_IDS = 5
+#: Levels of nested containers shown; deeper ones are shown as their brackets and "…".
+MAX_LEVELS = 8
 
 _STATUS_STYLES = {"completed": "green", "errored": "bold red", "aborted": "red"}
 
@@ -96,7 +98,31 @@ def _return_rank(trajectory: Trajectory) -> tuple[bool, float]:
 
 
 def episode_lines(trajectory: Trajectory, max_chars: int = MAX_CHARS) -> Iterator[Text]:
-    """The episode step by step, as lines to print (``max_chars`` 0: nothing is cut)."""
+    """The episode step by step, as lines to print (``max_chars`` 0: nothing is cut).
+
+    Text read from the file is shown as it is, except a lone surrogate (valid in JSON, not in
+    UTF-8), which is shown as its escape ``\\udcff``.
+    """
+    for line in _episode_lines(trajectory, max_chars):
+        yield _printable_line(line)
+
+
+def _printable_line(line: Text) -> Text:
+    """``line`` with lone surrogates escaped, its styles kept."""
+    plain = line.plain
+    if plain.isascii() or printable(plain) == plain:
+        return line
+    cuts = sorted({offset for span in line.spans for offset in (span.start, span.end)})
+    fixed = Text(style=line.style, end=line.end)
+    for piece in line.divide(cuts):  # each span covers a piece whole, or not at all
+        text = Text(printable(piece.plain))
+        for span in piece.spans:
+            text.stylize(span.style)
+        fixed.append_text(text)
+    return fixed
+
+
+def _episode_lines(trajectory: Trajectory, max_chars: int) -> Iterator[Text]:
     t = trajectory
     yield Text.assemble(
         ("episode ", "bold"),
@@ -143,6 +169,8 @@ def _step_lines(step: Step, max_chars: int) -> Iterator[Text]:
             header.append(f"  {flag}", "yellow")
     if step.start_time is not None and step.end_time is not None:
         header.append(f"  ({_duration(step.end_time - step.start_time)})", "dim")
+    if step.error:  # the step failed (its partial data is shown)
+        header.append(f"  error: {step.error}", "red")
     yield header
     yield _field("observation", short(step.observation, max_chars), indent=4)
     if step.info:
@@ -226,7 +254,7 @@ def _tool_request(call: Any) -> str:
     function = call.get("function") if isinstance(call.get("function"), dict) else call
     name = str(function.get("name") or "?")
     arguments = function.get("arguments")
-    if arguments in (None, "", {}):
+    if arguments is None or (isinstance(arguments, (str, dict)) and not arguments):
         return f"{name}()"
     text = arguments if isinstance(arguments, str) else short(arguments, ARGUMENT_CHARS)
     return f"{name}({_one_line(text, ARGUMENT_CHARS)})"
@@ -266,15 +294,19 @@ def short(value: Any, max_chars: int = MAX_CHARS) -> str:
     """A compact one-line rendering of a decoded value, about ``max_chars`` long at most.
 
     A string longer than that is cut with the count of characters cut; other values end in
-    an ellipsis where they are cut (containers also say how many items were left out).
+    an ellipsis where they are cut (containers also say how many items were left out), and
+    containers nested more than :data:`MAX_LEVELS` deep show their inner levels as "…".
     """
     if isinstance(value, str) and max_chars and len(value) > max_chars:
         return f"{value[:max_chars]!r}…{_cut(len(value) - max_chars)}"
-    text = _render(value, max_chars or 10**9)
+    try:
+        text = _render(value, max_chars or 10**9)
+    except Exception as exc:  # a decoded object whose repr fails: say so, show the rest
+        text = f"<{type(value).__name__}: cannot show it: {type(exc).__name__}>"
     return text if not max_chars or len(text) <= max_chars else text[:max_chars] + "…"
 
 
-def _render(value: Any, budget: int) -> str:
+def _render(value: Any, budget: int, level: int = 0) -> str:
     """Python-like text of ``value``; containers stop adding items once over ``budget``."""
     if isinstance(value, str):
         return repr(value[: budget + 1])  # enough to be cut by the caller, never the whole
@@ -282,26 +314,39 @@ def _render(value: Any, budget: int) -> str:
         text = repr(value)
         return text if len(text) <= 12 else f"{value:.6g}"
     if value is None or isinstance(value, (bool, int)):
+        if value is not None and value.bit_length() > 10_000:  # str() refuses 4,300+ digits
+            return f"<integer of about {int(value.bit_length() * 0.30103):,} digits>"
         return repr(value)
     if isinstance(value, np.ndarray):
         if value.size > ARRAY_ELEMENTS or value.ndim > 2 or value.dtype.kind not in "biufcUS":
             return f"ndarray(shape={value.shape}, dtype={value.dtype})"
-        return f"array({_render(value.tolist(), budget)}, dtype={value.dtype})"
+        return f"array({_render(value.tolist(), budget, level)}, dtype={value.dtype})"
     if isinstance(value, np.generic):
-        return _render(value.item(), budget)
+        return _render(value.item(), budget, level)
     if isinstance(value, (bytes, bytearray, memoryview)):
         size = len(bytes(value)) if isinstance(value, memoryview) else len(value)
         return repr(bytes(value)) if size <= 32 else f"<{size:,} bytes>"
+    deeper = level + 1
     if isinstance(value, dict):
-        items = (f"{_render(k, budget)}: {_render(v, budget)}" for k, v in value.items())
+        if level >= MAX_LEVELS and value:
+            return "{…}"
+        items = (
+            f"{_render(k, budget, deeper)}: {_render(v, budget, deeper)}" for k, v in value.items()
+        )
         return _joined("{", items, len(value), "}", budget)
     if isinstance(value, (list, tuple)):
-        items = (_render(item, budget) for item in value)
+        if level >= MAX_LEVELS and value:
+            return "[…]" if isinstance(value, list) else "(…)"
+        items = (_render(item, budget, deeper) for item in value)
         if isinstance(value, list):
             return _joined("[", items, len(value), "]", budget)
         return _joined("(", items, len(value), ",)" if len(value) == 1 else ")", budget)
     if isinstance(value, (set, frozenset)) and value:
-        return _joined("{", (_render(item, budget) for item in value), len(value), "}", budget)
+        if level >= MAX_LEVELS:
+            return "{…}"
+        return _joined(
+            "{", (_render(item, budget, deeper) for item in value), len(value), "}", budget
+        )
     return repr(value)[: budget + 1]
 
 
@@ -338,7 +383,10 @@ def _field(label: str, value: str, style: str = "", *, indent: int = 2) -> Text:
 
 
 def _when(ns: int, date: bool = True) -> str:
-    moment = _dt.datetime.fromtimestamp(ns // 1_000_000_000, tz=_dt.timezone.utc)
+    try:
+        moment = _dt.datetime.fromtimestamp(ns // 1_000_000_000, tz=_dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # beyond what the platform's clock can show
+        return f"{ns} ns"
     shown = f"{moment:%Y-%m-%d %H:%M:%S}" if date else f"{moment:%H:%M:%S}"
     return f"{shown}.{ns % 1_000_000_000 // 1_000_000:03d}" + (" UTC" if date else "")
 

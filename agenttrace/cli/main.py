@@ -38,9 +38,9 @@ from agenttrace.cli import episode_view
 from agenttrace.cli import export as export_command
 from agenttrace.cli import score as score_command
 from agenttrace.cli.export import int_at_least
-from agenttrace.cli.summary import render_summary, summarize
+from agenttrace.cli.summary import printable, render_summary, summarize
 from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
-from agenttrace.sinks.files import safe_filename
+from agenttrace.sinks.files import safe_filename, utf8_safe
 from agenttrace.storage.otlp_proto import is_length_prefixed
 from agenttrace.trajectory.model import SCHEMA, SCHEMA_NAME
 
@@ -451,7 +451,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         paths = dict.fromkeys(error.path for error in errors.first)
         described = {path: describe_file(path) for path in paths}
         if not all(described.values()):
-            export_command.print_skipped(err, errors.count, errors.first, "bad record")
+            export_command.print_skipped(err, errors.count, errors.shown(), "bad record")
         plural = "s" if errors.count != 1 else ""
         err.print(
             "agenttrace inspect: error: no trajectory could be read "
@@ -459,7 +459,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         )
         for path, what in described.items():
             if what:
-                err.print(f"  {path}: {what}")
+                err.print(printable(f"  {path}: {what}"))
         return EXIT_FAILURE
     if not viewing:
         if args.json:
@@ -469,7 +469,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         else:
             out.print(f"agenttrace inspect: {seen.read} episodes from {_sources(args.files)}")
             render_summary(summary, out)
-    export_command.print_skipped(err, errors.count, errors.first, "bad record")
+    export_command.print_skipped(err, errors.count, errors.shown(), "bad record")
     if not viewing:
         return EXIT_OK
     if not args.json:
@@ -488,7 +488,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
             hint = "the files hold no episode"
         err.print(
             f"agenttrace inspect: error: episode {episode_id!r} not found among the "
-            f"{seen.read} episodes in {_sources(args.files)}; {hint}"
+            f"{seen.read} episodes in {_sources(args.files)}; {printable(hint)}"
         )
     return EXIT_FAILURE if missing else EXIT_OK
 
@@ -498,7 +498,7 @@ def _show_episodes(chosen: Iterator[at.Trajectory], args: argparse.Namespace, ou
     shown = 0
     for trajectory in chosen:
         if args.json:
-            print(trajectory.to_json())
+            print(utf8_safe(trajectory.to_json()))  # a lone surrogate as its JSON escape
         else:
             if shown:
                 out.print()
@@ -517,7 +517,7 @@ def _criteria(args: argparse.Namespace, keep: export_command.EpisodeFilter) -> s
         parts.append("status " + ", ".join(sorted(keep.statuses)))
     if args.worst:
         parts.append(f"the {args.worst} lowest returns")
-    return "; ".join(parts)
+    return printable("; ".join(parts))
 
 
 #: Bytes read to tell what a file that gave no trajectory is.
@@ -606,6 +606,10 @@ class _BadRecords:
         if len(self.first) < SHOWN_ERRORS:
             self.first.append(error)
 
+    def shown(self) -> list[str]:
+        """The first errors as printable text (a path or value may hold a lone surrogate)."""
+        return [printable(str(error)) for error in self.first]
+
 
 def _finite(value: Any) -> Any:
     """JSON has no NaN or infinity: write those as the strings "nan", "inf", "-inf"."""
@@ -618,7 +622,7 @@ def _finite(value: Any) -> Any:
 
 def _sources(files: Sequence[str]) -> str:
     shown = ", ".join(files[:3])
-    return shown + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return printable(shown + (f" and {len(files) - 3} more" if len(files) > 3 else ""))
 
 
 if __name__ == "__main__":

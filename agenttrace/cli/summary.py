@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agenttrace import semconv as sc
+from agenttrace.sinks.files import utf8_safe
 from agenttrace.trajectory.model import Trajectory
 
 #: Step durations kept for the p50/p95 step time; beyond this a uniform sample is kept.
@@ -237,6 +238,13 @@ def summarize(trajectories: Iterable[Trajectory]) -> Summary:
 
 # --- rendering -------------------------------------------------------------------------------
 
+
+def printable(text: str) -> str:
+    """Text read from a file, safe to print: a lone surrogate (valid in JSON, not in UTF-8)
+    is shown as its escape ``\\udcff`` instead of failing the write to the terminal."""
+    return utf8_safe(text)
+
+
 _DASH = "-"
 
 
@@ -263,7 +271,7 @@ def render_summary(summary: Summary, console: Console) -> None:
     episodes.add_column("mean length", justify="right")
     for status, row in summary.by_status.items():
         episodes.add_row(
-            Text(status),  # as read from the file: never markup
+            Text(printable(status)),  # as read from the file: never markup
             str(row.episodes),
             _share(row.episodes, summary.episodes),
             _return_cell(row.mean_return, row.returns_nan),
@@ -316,7 +324,7 @@ def render_groups(summary: Summary, console: Console) -> None:
     for group_id, group in list(groups.items())[:GROUPS_SHOWN]:
         of = f" of {group.size}" if group.size is not None else ""
         table.add_row(
-            Text(group_id),
+            Text(printable(group_id)),
             f"{group.episodes}{of}",
             _number(group.mean_return if group.returns_counted else None),
             _number(group.std_return),

@@ -118,15 +118,25 @@ class TrajectoryLoadError(ValueError):
 
     ``line`` is the 1-based line of a JSONL file, the 0-based row of a Parquet file, or None
     when the whole file failed. ``torn`` is True for a record cut short by a crash mid-write.
+    ``field`` is the path of the field that broke the schema (``length``,
+    ``steps[2].llm_calls[0].finish_reasons``; see docs/trajectory-format.md, "Validation"),
+    None when the record as a whole is unreadable. The record was skipped.
     """
 
     def __init__(
-        self, path: str | os.PathLike, line: int | None, message: str, *, torn: bool = False
+        self,
+        path: str | os.PathLike,
+        line: int | None,
+        message: str,
+        *,
+        torn: bool = False,
+        field: str | None = None,
     ) -> None:
         self.path = str(path)
         self.line = line
         self.message = message
         self.torn = torn
+        self.field = field
         super().__init__(self._text())
 
     def _text(self) -> str:
@@ -137,13 +147,25 @@ class TrajectoryLoadError(ValueError):
         return f"{self.path}:{self.line}: {self.message}"
 
     def __reduce__(self) -> tuple:
-        return (_rebuild_load_error, (self.path, self.line, self.message, self.torn))
+        return (_rebuild_load_error, (self.path, self.line, self.message, self.torn, self.field))
 
 
 def _rebuild_load_error(
-    path: str, line: int | None, message: str, torn: bool
+    path: str, line: int | None, message: str, torn: bool, field: str | None = None
 ) -> TrajectoryLoadError:
-    return TrajectoryLoadError(path, line, message, torn=torn)
+    return TrajectoryLoadError(path, line, message, torn=torn, field=field)
+
+
+def record_error(
+    path: str | os.PathLike, line: int | None, exc: BaseException, *, prefix: str = ""
+) -> TrajectoryLoadError:
+    """The load error of one record that raised ``exc`` while it was read or rebuilt: a
+    schema violation names its field, nesting past the recursion limit is said as such."""
+    if isinstance(exc, RecursionError):
+        message = "nested too deeply to read (over Python's recursion limit)"
+    else:
+        message = _describe(exc)
+    return TrajectoryLoadError(path, line, prefix + message, field=getattr(exc, "field", None))
 
 
 def warn_load_error(error: TrajectoryLoadError) -> None:
@@ -395,10 +417,13 @@ def _read_jsonl(path: Path, report: ErrorHandler) -> Iterator[Trajectory]:
                 except ValueError as exc:
                     report(_json_error(path, line_no, text, exc, last=not ends_line))
                     continue
+                except RecursionError as exc:  # this record only, not the rest of the file
+                    report(record_error(path, line_no, exc))
+                    continue
                 try:
                     trajectory = Trajectory.from_dict(data)
                 except Exception as exc:  # one bad record never costs the others
-                    report(TrajectoryLoadError(path, line_no, _describe(exc)))
+                    report(record_error(path, line_no, exc))
                     continue
                 yield trajectory
     except (OSError, EOFError, zlib.error) as exc:
@@ -451,17 +476,17 @@ def _read_json_file(path: Path, report: ErrorHandler) -> Iterator[Trajectory]:
     try:
         with open(path, "rb") as handle:
             data = json.loads(handle.read().decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        report(TrajectoryLoadError(path, None, f"cannot read JSON file: {_describe(exc)}"))
+    except (OSError, ValueError, RecursionError) as exc:
+        report(record_error(path, None, exc, prefix="cannot read JSON file: "))
         return
     if isinstance(data, list):
         for index, item in enumerate(data):
             try:
                 yield Trajectory.from_dict(item)
             except Exception as exc:
-                report(TrajectoryLoadError(path, None, f"item {index}: {_describe(exc)}"))
+                report(record_error(path, None, exc, prefix=f"item {index}: "))
         return
     try:
         yield Trajectory.from_dict(data)
     except Exception as exc:
-        report(TrajectoryLoadError(path, None, _describe(exc)))
+        report(record_error(path, None, exc))

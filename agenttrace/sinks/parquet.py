@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agenttrace._version import install_hint
-from agenttrace.sinks.files import TrajectoryLoadError, utf8_safe, warn_load_error
+from agenttrace.sinks.files import (
+    TrajectoryLoadError,
+    record_error,
+    utf8_safe,
+    warn_load_error,
+)
 from agenttrace.sinks.jsonl import check_basename
 from agenttrace.sinks.parts import PartWriter
 from agenttrace.sinks.scores import score_batch
 from agenttrace.trajectory.codec import encode
-from agenttrace.trajectory.model import Trajectory, content_json
+from agenttrace.trajectory.model import Trajectory, TrajectoryFormatError, content_json
 from agenttrace.trajectory.scores import Score
 
 if TYPE_CHECKING:
@@ -245,18 +250,31 @@ def trajectory_to_batch(trajectory: Trajectory, schema: pa.Schema) -> pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def _json_column(text: str | None, where: str) -> Any:
+    """A column's JSON text parsed; text that does not parse breaks the schema at ``where``."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise TrajectoryFormatError(f"{where}: not valid JSON text: {exc}", field=where) from exc
+    except RecursionError:
+        raise TrajectoryFormatError(
+            f"{where}: nested too deeply to read (over Python's recursion limit)", field=where
+        ) from None
+
+
 def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
-    """Inverse of :func:`trajectory_to_row`, through ``Trajectory.from_dict`` and the codec."""
+    """Inverse of :func:`trajectory_to_row`, through ``Trajectory.from_dict`` and the codec
+    (which checks every field: docs/trajectory-format.md, "Validation")."""
     data = dict(row)
     for key in JSON_COLUMNS:
-        text = data.get(key)
-        data[key] = None if text is None else json.loads(text)
+        data[key] = _json_column(data.get(key), key)
     steps = []
-    for step in data.get("steps") or ():
+    for number, step in enumerate(data.get("steps") or ()):
         step = dict(step)
         for key in STEP_JSON_FIELDS:
-            text = step.get(key)
-            step[key] = None if text is None else json.loads(text)
+            step[key] = _json_column(step.get(key), f"steps[{number}].{key}")
         # Floats go through the codec as themselves; NaN/inf arrive as native floats.
         steps.append(step)
     data["steps"] = steps
@@ -396,16 +414,10 @@ def read_parquet(
             try:
                 trajectory = row_to_trajectory(row)
             except Exception as exc:  # one bad row never costs the others
-                report(TrajectoryLoadError(path, row_index, _describe(exc)))
+                report(record_error(path, row_index, exc))
             else:
                 yield trajectory
             row_index += 1
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, KeyError):
-        return f"missing key {exc}"
-    return str(exc) or type(exc).__name__
 
 
 __all__ = [

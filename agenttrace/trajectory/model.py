@@ -6,15 +6,28 @@ Times are integers, nanoseconds since the Unix epoch (exact, so live and offline
 compare equal). Observations, actions, info and LLM content use the value encoding of
 :mod:`agenttrace.trajectory.codec`; ``to_dict``/``from_dict`` apply it, so loading a file
 back gives equal objects.
+
+``Trajectory.from_dict`` is the one validation of what is read (every loader goes through it):
+each field's type and range is checked as it is built, and a record that breaks a rule raises
+:class:`TrajectoryFormatError` naming the field (``steps[3].llm_calls[0].finish_reasons``).
+The rules, which records are skipped and which values are coerced, are in
+docs/trajectory-format.md, "Validation". What loads can be written again (``to_json``, the
+JSONL and Parquet sinks) and summarised.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
+import reprlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
+
+import numpy as np
 
 from agenttrace.trajectory.codec import (
     RawJSON,
@@ -106,7 +119,231 @@ SCHEMA_VERSION = int(_SCHEMA_VERSION)
 
 
 class TrajectoryFormatError(ValueError):
-    """A trajectory document does not follow the schema (the message says where)."""
+    """A trajectory document does not follow the schema (the message says where).
+
+    ``field`` is the path of the field that broke a rule (``length``, ``steps[3].index``,
+    ``steps[0].llm_calls[1].finish_reasons``), None when the record as a whole is wrong.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_format_error, (str(self), self.field))
+
+
+def _rebuild_format_error(message: str, field: str | None) -> TrajectoryFormatError:
+    return TrajectoryFormatError(message, field=field)
+
+
+# --- validation: the checks ``from_dict`` makes as it builds (docs/trajectory-format.md) ------
+
+#: Integer fields (times, lengths, indices, token counts) must fit a signed 64-bit integer:
+#: the Parquet columns are int64.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Integers beyond this have no float64 value (returns, rewards, discounts are float64).
+_FLOAT_INT_MAX = int(sys.float_info.max)
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_shown_repr = reprlib.Repr()
+_shown_repr.maxlevel = 3
+_shown_repr.maxstring = 60
+_shown_repr.maxother = 60
+_shown_repr.maxlist = _shown_repr.maxtuple = 6
+_shown_repr.maxdict = 4
+
+
+def _shown(value: Any) -> str:
+    """A bad value in an error message, short, by its JSON kind (never the whole of it)."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is str:
+        return "the string " + _shown_repr.repr(value)
+    if type(value) is float:
+        if value != value:
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return f"the number {value!r}"
+    if type(value) is int:
+        if value.bit_length() > 64:
+            return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+        return f"the integer {value}"
+    if type(value) is list:
+        return "the list " + _shown_repr.repr(value)
+    if type(value) is dict:
+        return "the object " + _shown_repr.repr(value)
+    try:
+        return f"a {type(value).__name__} " + _shown_repr.repr(value)
+    except Exception:  # a decoded object with a broken repr
+        return f"a {type(value).__name__}"
+
+
+def _fail(where: str, expected: str, value: Any) -> NoReturn:
+    raise TrajectoryFormatError(f"{where}: expected {expected}, got {_shown(value)}", field=where)
+
+
+def _integer(value: Any, where: str, minimum: int, what: str) -> int:
+    """The slow path of an integer field (the callers test the common case inline): a float
+    with an integral value is taken as that integer; anything else breaks the rule."""
+    if type(value) is float and value.is_integer():  # (False for NaN and infinities)
+        value = int(value)
+    if type(value) is int and minimum <= value <= INT64_MAX:
+        return value
+    if type(value) is int:
+        what += " of at most 64 bits"
+    _fail(where, what, value)
+
+
+def _time(value: Any, where: str) -> int | None:
+    """A time: integer nanoseconds (64-bit), or null."""
+    if value is None or (type(value) is int and INT64_MIN <= value <= INT64_MAX):
+        return value
+    return _integer(value, where, INT64_MIN, "an integer (nanoseconds) or null")
+
+
+def _count(value: Any, where: str) -> int | None:
+    """A token count: an integer, or null."""
+    if value is None or (type(value) is int and INT64_MIN <= value <= INT64_MAX):
+        return value
+    return _integer(value, where, INT64_MIN, "an integer or null")
+
+
+def _text(value: Any, where: str) -> str | None:
+    """A string or null."""
+    if value is None or type(value) is str:
+        return value
+    _fail(where, "a string or null", value)
+
+
+def _flag(value: Any, where: str) -> bool:
+    """true or false (absent: false)."""
+    if value is True or value is False:
+        return value
+    _fail(where, "true or false", value)
+
+
+def _content(value: Any, where: str) -> Any:
+    """A value in the codec's encoding, decoded; a malformed tag breaks the rule."""
+    try:
+        return decode(value)
+    except ValueDecodeError as exc:
+        raise TrajectoryFormatError(f"{where}: {exc}", field=where) from exc
+    except RecursionError:
+        raise TrajectoryFormatError(
+            f"{where}: nested too deeply to decode (over Python's recursion limit)", field=where
+        ) from None
+    except Exception as exc:  # what a tag's body made numpy or float() raise ({"$float": 1e400})
+        raise TrajectoryFormatError(
+            f"{where}: malformed value: {type(exc).__name__}: {exc}", field=where
+        ) from exc
+
+
+def _is_real(value: Any) -> bool:
+    """A real number that has a float64 value (not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        return False
+    try:
+        float(value)
+    except (OverflowError, TypeError, ValueError):  # an int beyond float64, a complex
+        return False
+    return True
+
+
+def _real(value: Any, where: str, *, optional: bool) -> Any:
+    """The slow path of a number field (return, reward, discount): an int within the float64
+    range, or a tagged number such as ``{"$float": "nan"}`` decoded."""
+    if value is None and optional:
+        return None
+    if type(value) is int and -_FLOAT_INT_MAX <= value <= _FLOAT_INT_MAX:
+        return value
+    if type(value) is dict:
+        decoded = _content(value, where)
+        if _is_real(decoded):
+            return decoded
+    what = "a number within the float64 range" if type(value) is int else "a number"
+    _fail(where, what + (" or null" if optional else ""), value)
+
+
+def _object(value: Any, where: str) -> dict:
+    """An object (decoded; its values in the codec's encoding); null is taken as {}."""
+    if value is None:
+        return {}
+    if type(value) is dict:
+        decoded = _content(value, where)
+        if type(decoded) is dict:
+            return decoded
+    _fail(where, "an object", value)
+
+
+def _list(value: Any, where: str, what: str) -> list:
+    """A list (null and absent taken as empty)."""
+    if type(value) is list:
+        return value
+    if value is None:
+        return []
+    _fail(where, what, value)
+
+
+def _integers(value: Any, where: str, minimum: int) -> list[int]:
+    """A list of integers (token ids, missing step indices)."""
+    if type(value) is list and (
+        not value
+        or (set(map(type, value)) == {int} and min(value) >= minimum and max(value) <= INT64_MAX)
+    ):
+        return value
+    bound = " >= 0" if minimum == 0 else ""
+    if type(value) is not list:
+        _fail(where, "a list of integers" + bound, value)
+    # Integral floats are taken as integers, as for one integer.
+    return [
+        item
+        if type(item) is int and minimum <= item <= INT64_MAX
+        else _integer(item, f"{where}[{i}]", minimum, "an integer" + bound)
+        for i, item in enumerate(value)
+    ]
+
+
+def _finite_numbers(value: Any, where: str) -> list[float]:
+    """A list of finite numbers (log probabilities)."""
+    if type(value) is list and set(map(type, value)) <= {float, int}:
+        try:
+            if all(map(math.isfinite, value)):
+                return value
+        except OverflowError:  # an int beyond float64
+            pass
+    if type(value) is list:
+        for i, item in enumerate(value):
+            if type(item) not in (float, int) or not _is_real(item) or not math.isfinite(item):
+                _fail(f"{where}[{i}]", "a finite number", item)
+    _fail(where, "a list of finite numbers", value)
+
+
+def _strings(value: Any, where: str) -> list[str] | None:
+    """A list of strings, or null (finish reasons)."""
+    if value is None or (type(value) is list and set(map(type, value)) <= {str}):
+        return value
+    if type(value) is list:
+        for i, item in enumerate(value):
+            if type(item) is not str:
+                _fail(f"{where}[{i}]", "a string", item)
+    _fail(where, "a list of strings or null", value)
+
+
+def _text_map(value: Any, where: str) -> dict[str, str]:
+    """An object of strings (``lossy``); null is taken as {}."""
+    if value is None:
+        return {}
+    if type(value) is dict:
+        for key, text in value.items():
+            if type(key) is not str:
+                _fail(where, "an object (string keys)", value)
+            if type(text) is not str:
+                _fail(f"{where}[{key!r}]", "a string", text)
+        return dict(value)
+    _fail(where, "an object of strings", value)
 
 
 class _ValueEquality:
@@ -135,8 +372,14 @@ class EpisodeError(_ValueEquality):
         return {"type": self.type, "message": self.message, "stack": self.stack}
 
     @classmethod
-    def from_dict(cls, data: dict) -> EpisodeError:
-        return cls(type=data.get("type"), message=data.get("message"), stack=data.get("stack"))
+    def from_dict(cls, data: dict, where: str = "error") -> EpisodeError:
+        if type(data) is not dict:
+            _fail(where, "an object or null", data)
+        return cls(
+            type=_text(data.get("type"), where + ".type"),
+            message=_text(data.get("message"), where + ".message"),
+            stack=_text(data.get("stack"), where + ".stack"),
+        )
 
 
 _TOKEN_FIELDS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs")
@@ -181,12 +424,43 @@ class LLMCall(_ValueEquality):
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> LLMCall:
-        values = _known_fields(cls, data)
-        for key in ("input_messages", "output_messages", "attributes"):
-            if key in values:
-                values[key] = decode(values[key])
-        return cls(**values)
+    def from_dict(cls, data: dict, where: str = "llm_call") -> LLMCall:
+        if type(data) is not dict:
+            _fail(where, "an object", data)
+        if "name" not in data:
+            raise TrajectoryFormatError(f"{where}: missing required key name", field=where)
+        get = data.get
+        name = data["name"]
+        if type(name) is not str:
+            _fail(where + ".name", "a string", name)
+        call = cls(
+            name=name,
+            model=_text(get("model"), where + ".model"),
+            provider=_text(get("provider"), where + ".provider"),
+            input_messages=_content(get("input_messages"), where + ".input_messages"),
+            output_messages=_content(get("output_messages"), where + ".output_messages"),
+            finish_reasons=_strings(get("finish_reasons"), where + ".finish_reasons"),
+            input_tokens=_count(get("input_tokens"), where + ".input_tokens"),
+            output_tokens=_count(get("output_tokens"), where + ".output_tokens"),
+            start_time=_time(get("start_time"), where + ".start_time"),
+            end_time=_time(get("end_time"), where + ".end_time"),
+            error=_text(get("error"), where + ".error"),
+            attributes=_object(get("attributes"), where + ".attributes"),
+        )
+        # Token capture (docs/tokens.md): in the JSON only when recorded.
+        prompt, completion = get("prompt_token_ids"), get("completion_token_ids")
+        logprobs, cut = get("completion_logprobs"), get("tokens_cut")
+        if prompt is not None:
+            call.prompt_token_ids = _integers(prompt, where + ".prompt_token_ids", INT64_MIN)
+        if completion is not None:
+            call.completion_token_ids = _integers(
+                completion, where + ".completion_token_ids", INT64_MIN
+            )
+        if logprobs is not None:
+            call.completion_logprobs = _finite_numbers(logprobs, where + ".completion_logprobs")
+        if cut is not None:
+            call.tokens_cut = _flag(cut, where + ".tokens_cut")
+        return call
 
 
 @dataclass(eq=False)
@@ -208,12 +482,24 @@ class ToolCall(_ValueEquality):
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> ToolCall:
-        values = _known_fields(cls, data)
-        for key in ("arguments", "result"):
-            if key in values:
-                values[key] = decode(values[key])
-        return cls(**values)
+    def from_dict(cls, data: dict, where: str = "tool_call") -> ToolCall:
+        if type(data) is not dict:
+            _fail(where, "an object", data)
+        if "name" not in data:
+            raise TrajectoryFormatError(f"{where}: missing required key name", field=where)
+        get = data.get
+        name = data["name"]
+        if type(name) is not str:
+            _fail(where + ".name", "a string", name)
+        return cls(
+            name=name,
+            call_id=_text(get("call_id"), where + ".call_id"),
+            arguments=_content(get("arguments"), where + ".arguments"),
+            result=_content(get("result"), where + ".result"),
+            start_time=_time(get("start_time"), where + ".start_time"),
+            end_time=_time(get("end_time"), where + ".end_time"),
+            error=_text(get("error"), where + ".error"),
+        )
 
 
 @dataclass(eq=False)
@@ -276,22 +562,51 @@ class Step(_ValueEquality):
         return text[:-1] + ',"error":' + _dump_json(self.error) + "}"
 
     @classmethod
-    def from_dict(cls, data: dict) -> Step:
-        _require(data, ("index",), "step")
+    def from_dict(cls, data: dict, where: str = "step") -> Step:
+        if type(data) is not dict:
+            _fail(where, "an object", data)
+        if "index" not in data:
+            raise TrajectoryFormatError(f"{where} is missing required key(s): index", field=where)
+        get = data.get
+        index = data["index"]
+        if type(index) is not int or not 0 <= index <= INT64_MAX:
+            index = _integer(index, where + ".index", 0, "an integer >= 0")
+        reward, discount = get("reward"), get("discount")
+        if reward is not None and type(reward) is not float:
+            reward = _real(reward, where + ".reward", optional=True)
+        if discount is not None and type(discount) is not float:
+            discount = _real(discount, where + ".discount", optional=True)
+        terminated, truncated = get("terminated", False), get("truncated", False)
+        if terminated is not False and terminated is not True:
+            _fail(where + ".terminated", "true or false", terminated)
+        if truncated is not False and truncated is not True:
+            _fail(where + ".truncated", "true or false", truncated)
+        llm_calls = _list(get("llm_calls"), where + ".llm_calls", "a list of model calls")
+        tool_calls = _list(get("tool_calls"), where + ".tool_calls", "a list of tool calls")
         return cls(
-            index=data["index"],
-            observation=decode(data.get("observation")),
-            action=decode(data.get("action")),
-            reward=decode(data.get("reward")),
-            terminated=bool(data.get("terminated", False)),
-            truncated=bool(data.get("truncated", False)),
-            discount=decode(data.get("discount")),
-            info=decode(data.get("info")),
-            start_time=data.get("start_time"),
-            end_time=data.get("end_time"),
-            llm_calls=[LLMCall.from_dict(c) for c in data.get("llm_calls") or ()],
-            tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls") or ()],
-            error=None if data.get("error") is None else str(data["error"]),
+            index=index,
+            observation=_content(get("observation"), where + ".observation"),
+            action=_content(get("action"), where + ".action"),
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            discount=discount,
+            info=_content(get("info"), where + ".info"),
+            start_time=_time(get("start_time"), where + ".start_time"),
+            end_time=_time(get("end_time"), where + ".end_time"),
+            llm_calls=[
+                LLMCall.from_dict(call, f"{where}.llm_calls[{number}]")
+                for number, call in enumerate(llm_calls)
+            ]
+            if llm_calls
+            else [],
+            tool_calls=[
+                ToolCall.from_dict(call, f"{where}.tool_calls[{number}]")
+                for number, call in enumerate(tool_calls)
+            ]
+            if tool_calls
+            else [],
+            error=_text(get("error"), where + ".error"),
         )
 
 
@@ -406,42 +721,89 @@ class Trajectory(_ValueEquality):
 
     @classmethod
     def from_dict(cls, data: dict) -> Trajectory:
+        """The trajectory of a JSON document, every field checked as it is built.
+
+        Raises :class:`TrajectoryFormatError` naming the first field that breaks a rule
+        (docs/trajectory-format.md, "Validation"); what it returns can be written again and
+        summarised.
+        """
         if not isinstance(data, dict):
-            raise TrajectoryFormatError(f"a trajectory is a JSON object, got {type(data).__name__}")
+            raise TrajectoryFormatError(f"a trajectory is a JSON object, got {_shown(data)}")
         _require(data, REQUIRED_KEYS, "trajectory")
         schema = data["schema"]
-        name, _, version = str(schema).partition("/")
-        if name != SCHEMA_NAME or not version.isdigit() or int(version) > SCHEMA_VERSION:
+        name, _, version = schema.partition("/") if type(schema) is str else ("", "", "")
+        if (
+            name != SCHEMA_NAME
+            or not (version.isascii() and version.isdigit() and len(version) < 10)
+            or int(version) > SCHEMA_VERSION
+        ):
             raise TrajectoryFormatError(
-                f"unsupported schema {schema!r}: this agenttrace reads {SCHEMA} and older"
+                f"unsupported schema {_shown_repr.repr(schema)}: this agenttrace reads "
+                f"{SCHEMA} and older",
+                field="schema",
             )
-        error = data["error"]
+        episode_id = data["episode_id"]
+        if type(episode_id) is not str:
+            _fail("episode_id", "a string", episode_id)
         try:
-            return cls(
-                schema=schema,
-                episode_id=data["episode_id"],
-                trace_id=data["trace_id"],
-                task_id=data["task_id"],
-                status=data["status"],
-                error=EpisodeError.from_dict(error) if error else None,
-                start_time=data["start_time"],
-                end_time=data["end_time"],
-                return_=decode(data["return"]),
-                length=data["length"],
-                attributes=decode(data["attributes"]) or {},
-                steps=[Step.from_dict(step) for step in data["steps"]],
-                final_observation=decode(data["final_observation"]),
-                reset_info=decode(data.get("reset_info")),
-                missing_steps=list(data.get("missing_steps") or ()),
-                lossy=dict(data.get("lossy") or {}),
-                scores=_scores(data.get("scores")),
-            )
-        except TrajectoryFormatError:
-            raise
-        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            return cls._checked(data, schema, episode_id)
+        except TrajectoryFormatError as exc:
             raise TrajectoryFormatError(
-                f"episode {data.get('episode_id')!r}: malformed field: {exc}"
+                f"episode {_shown_repr.repr(episode_id)}: {exc}", field=exc.field
             ) from exc
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a check missed
+            raise TrajectoryFormatError(
+                f"episode {_shown_repr.repr(episode_id)}: malformed field: {exc}"
+            ) from exc
+
+    @classmethod
+    def _checked(cls, data: dict, schema: str, episode_id: str) -> Trajectory:
+        get = data.get
+        trace_id, task_id, status = data["trace_id"], data["task_id"], data["status"]
+        if trace_id is not None and (
+            type(trace_id) is not str or not _TRACE_ID.fullmatch(trace_id)
+        ):
+            _fail("trace_id", "32 lower-case hex digits or null", trace_id)
+        if task_id is not None and type(task_id) is not str:
+            _fail("task_id", "a string or null", task_id)
+        if type(status) is not str:
+            _fail("status", "a string", status)
+        error = data["error"]
+        if error is not None and not (type(error) is dict and not error):  # {}: no error
+            error = EpisodeError.from_dict(error)
+        else:
+            error = None
+        return_ = data["return"]
+        if type(return_) is not float:
+            return_ = _real(return_, "return", optional=False)
+        length = data["length"]
+        if type(length) is not int or not 0 <= length <= INT64_MAX:
+            length = _integer(length, "length", 0, "an integer >= 0")
+        steps = data["steps"]
+        if type(steps) is not list:
+            _fail("steps", "a list of steps", steps)
+        missing_steps = get("missing_steps")
+        return cls(
+            schema=schema,
+            episode_id=episode_id,
+            trace_id=trace_id,
+            task_id=task_id,
+            status=status,
+            error=error,
+            start_time=_time(data["start_time"], "start_time"),
+            end_time=_time(data["end_time"], "end_time"),
+            return_=return_,
+            length=length,
+            attributes=_object(data["attributes"], "attributes"),
+            steps=[Step.from_dict(step, f"steps[{number}]") for number, step in enumerate(steps)],
+            final_observation=_content(data["final_observation"], "final_observation"),
+            reset_info=_content(get("reset_info"), "reset_info"),
+            missing_steps=[]
+            if missing_steps is None
+            else list(_integers(missing_steps, "missing_steps", 0)),
+            lossy=_text_map(get("lossy"), "lossy"),
+            scores=_scores(get("scores")),
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Trajectory:
@@ -449,6 +811,10 @@ class Trajectory(_ValueEquality):
             data = json.loads(text)
         except ValueError as exc:
             raise TrajectoryFormatError(f"not JSON: {exc}") from exc
+        except RecursionError:
+            raise TrajectoryFormatError(
+                "not readable JSON: nested too deeply (over Python's recursion limit)"
+            ) from None
         return cls.from_dict(data)
 
 
@@ -470,16 +836,21 @@ REQUIRED_KEYS = (
 
 
 def _scores(value: Any) -> dict[str, float]:
-    """A trajectory's ``scores``: names to finite numbers (ValueError otherwise)."""
+    """A trajectory's ``scores``: names to finite numbers (null and {} taken as none)."""
     if not value:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"scores must be an object, got {type(value).__name__}")
+        if value is None or type(value) is dict:
+            return {}
+        _fail("scores", "an object of numbers", value)
+    if type(value) is not dict:
+        _fail("scores", "an object of numbers", value)
     scores = {}
     for name, number in value.items():
-        if isinstance(number, bool) or not isinstance(number, (int, float)):
-            raise ValueError(f"score {name!r} is not a number: {number!r}")
-        scores[str(name)] = float(number)
+        where = f"scores[{_shown_repr.repr(name)}]"
+        if type(name) is not str:
+            _fail("scores", "an object (string keys)", value)
+        if type(number) not in (int, float) or not _is_real(number) or not math.isfinite(number):
+            _fail(where, "a finite number", number)
+        scores[name] = float(number)
     return scores
 
 
@@ -487,8 +858,3 @@ def _require(data: dict, keys: tuple[str, ...], what: str) -> None:
     missing = [key for key in keys if key not in data]
     if missing:
         raise TrajectoryFormatError(f"{what} is missing required key(s): {', '.join(missing)}")
-
-
-def _known_fields(cls: type, data: dict) -> dict:
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {key: value for key, value in data.items() if key in names}
