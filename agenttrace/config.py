@@ -1,7 +1,9 @@
 """Settings: one table, each option an argument and an ``AGENTTRACE_*`` environment variable.
 
 Resolution order: explicit argument > environment variable > default. A bad value raises
-:class:`ConfigError` naming the setting and where the value came from. The standard
+:class:`ConfigError` naming the setting and where the value came from (a bad variable of a
+setting only the auto-instrumentor reads is reported in one line and left at its default
+instead; docs/configuration.md, "Mistakes fail loudly, once"). The standard
 ``OTEL_*`` variables keep their meaning (service name, OTLP endpoint and headers, ...); the
 table in docs/configuration.md is generated from ``SETTINGS`` by a test, so it cannot drift.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
+import math
+import numbers
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -40,7 +44,17 @@ def _parse_bool(text: str) -> bool:
 
 
 def _parse_list(text: str) -> tuple[str, ...]:
+    """``"jsonl, Parquet"`` -> ``("jsonl", "parquet")``; ``",,,"`` -> ``()``, which
+    :func:`_check_names_something` rejects: a text that names nothing is a mistake."""
     return tuple(part.strip().lower() for part in text.split(",") if part.strip())
+
+
+def _parse_blob_store(text: str) -> str:
+    """A folder or URL a blob store can be opened at (checked now, not at the first write)."""
+    from agenttrace.storage.blobs import check_blob_store
+
+    check_blob_store(text)
+    return text
 
 
 def _parse_callable(text: str) -> Callable[..., Any]:
@@ -57,25 +71,98 @@ def _parse_callable(text: str) -> Callable[..., Any]:
 
 def _parse_conventions(value: Any) -> Any:
     """Presets and mapping files (``runner,openinference``, ``my.toml``), or a Conventions."""
-    from agenttrace.trajectory.conventions import conventions_from_value
+    from agenttrace.trajectory.conventions import Conventions, conventions_from_value
 
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, (list, tuple)):
+        value = [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
+        wrong = [v for v in value if not isinstance(v, str)]
+    else:
+        wrong = [] if isinstance(value, (str, Conventions)) else [value]
+    if wrong:
+        raise ValueError(
+            "expected presets and mapping files (a comma-separated string or a list of "
+            f"them) or a Conventions, got {type(wrong[0]).__name__}"
+        )
+    if isinstance(value, str) and not any(part.strip() for part in value.split(",")):
+        raise ValueError("it names no presets or files")
     conventions = conventions_from_value(value)
     return conventions if conventions else None
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    expected = "a whole number" if kind is int else "a number"
+class Number:
+    """The parser of a numeric setting: a whole number (``int``) or a number (``float``) from
+    ``minimum`` to ``maximum``, both included; NaN and infinities never. Takes the text of an
+    environment variable or, given to ``configure()``, a number (``True`` is not one)."""
 
-    def parse(text: str) -> Any:
+    def __init__(self, kind: type, minimum: float, maximum: float, unit: str = "") -> None:
+        self.kind = kind
+        self.minimum = minimum
+        self.maximum = maximum
+        self.unit = unit  # shown after the maximum: "1 day", "1 GiB"
+
+    def describe(self) -> str:
+        """``a whole number greater than 0 and at most 10000000``: what is accepted."""
+        noun = "a whole number" if self.kind is int else "a number"
+        low = (
+            "greater than 0"
+            if self.kind is int and self.minimum == 1
+            else f"at least {_plain(self.minimum)}"
+        )
+        unit = f" ({self.unit})" if self.unit else ""
+        return f"{noun} {low} and at most {_plain(self.maximum)}{unit}"
+
+    def __call__(self, value: Any) -> Any:
+        expected = f"expected {self.describe()}"
+        if isinstance(value, str):
+            try:
+                number: Any = self.kind(value.strip())
+            except (ValueError, OverflowError):
+                raise ValueError(expected) from None
+        elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{expected}, got {type(value).__name__}")
+        else:
+            number = value
         try:
-            value = kind(text)
-        except ValueError:
-            raise ValueError(f"expected {expected} greater than 0") from None
-        if not value > 0:  # NaN too
-            raise ValueError(f"expected {expected} greater than 0")
-        return value
+            if not math.isfinite(number):
+                raise ValueError(expected)
+            if self.kind is int:
+                if not float(number).is_integer():
+                    raise ValueError(expected)
+                number = int(number)
+            else:
+                number = float(number)
+        except OverflowError:  # an int too large for a float
+            raise ValueError(expected) from None
+        if not self.minimum <= number <= self.maximum:
+            raise ValueError(expected)
+        return number
 
-    return parse
+
+def _plain(number: float) -> str:
+    """``86400``, ``0.001``: a bound as one would type it."""
+    return str(int(number)) if float(number).is_integer() else repr(number)
+
+
+#: Ranges of the numeric settings (docs/configuration.md shows each with its setting).
+MAX_COUNT = 10_000_000  # episodes held open, queue capacity, tokens per call, group size
+MAX_SECONDS = 86_400.0  # timeouts and intervals: one day
+MIN_SECONDS = 0.001  # below a millisecond a timeout or tick is a busy loop
+GIB = 2**30
+TIB = 2**40
+
+
+def _count() -> Number:
+    return Number(int, 1, MAX_COUNT)
+
+
+def _seconds() -> Number:
+    return Number(float, MIN_SECONDS, MAX_SECONDS, "1 day")
+
+
+def _bytes(minimum: int = 1, maximum: int = TIB) -> Number:
+    return Number(int, minimum, maximum, "1 TiB" if maximum == TIB else "1 GiB")
 
 
 @dataclass(frozen=True)
@@ -86,6 +173,26 @@ class Setting:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    #: Read only by the auto-instrumentor (AgentTraceInstrumentor), never by the pipeline: a
+    #: bad value in the environment is reported in one line and the default used instead.
+    instrumentor_only: bool = False
+    #: A file or folder: configure() takes an os.PathLike for it too.
+    path: bool = False
+
+    @property
+    def kind(self) -> str:
+        """number, bool, list, callable, conventions, choice or string: what the value is."""
+        if isinstance(self.parse, Number):
+            return "number"
+        if self.parse is _parse_bool:
+            return "bool"
+        if self.parse is _parse_list:
+            return "list"
+        if self.parse is _parse_callable:
+            return "callable"
+        if self.parse is _parse_conventions:
+            return "conventions"
+        return "choice" if self.choices else "string"
 
 
 SINK_CHOICES = ("jsonl", "parquet", "steps", "minari", "jsondir", "otlp")
@@ -113,6 +220,7 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "agenttrace_runs",
         "Folder under which each run gets its own run folder.",
+        path=True,
     ),
     Setting(
         "run_name",
@@ -173,19 +281,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "export_max_bytes",
         "AGENTTRACE_EXPORT_MAX_BYTES",
-        _positive(int),
+        _bytes(EXPORT_MAX_BYTES_MIN, GIB),
         EXPORT_MAX_BYTES_DEFAULT,
-        "Largest content value (UTF-8 bytes) exported inline under truncate and ref, at "
-        f"least {EXPORT_MAX_BYTES_MIN}. The default stays under Grafana Tempo's 2048-byte "
-        "attribute limit.",
+        "Largest content value (UTF-8 bytes) exported inline under truncate and ref. The "
+        "default stays under Grafana Tempo's 2048-byte attribute limit.",
     ),
     Setting(
         "blob_store",
         "AGENTTRACE_BLOB_STORE",
-        str,
+        _parse_blob_store,
         None,
         "Folder or URL (file://, or any fsspec URL such as s3://bucket/blobs; needs "
-        "pip install fsspec) of the content-addressed store for export_content=ref.",
+        "pip install fsspec) of the content-addressed store for export_content=ref. Checked "
+        "when agenttrace starts: a scheme fsspec does not know, or whose filesystem package "
+        "is not installed, is an error then.",
+        path=True,
     ),
     Setting(
         "redact",
@@ -206,14 +316,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "max_open_episodes",
         "AGENTTRACE_MAX_OPEN_EPISODES",
-        _positive(int),
+        _count(),
         10_000,
         "Episodes held open at once; more are counted as dropped, never silently.",
     ),
     Setting(
         "max_episode_bytes",
         "AGENTTRACE_MAX_EPISODE_BYTES",
-        _positive(int),
+        _bytes(),
         64 * 1024 * 1024,
         "Memory one episode's spans may hold while it is rebuilt; a longer episode is rebuilt "
         "a stretch of steps at a time, its finished steps kept on disk (nothing is cut).",
@@ -221,7 +331,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "idle_timeout",
         "AGENTTRACE_IDLE_TIMEOUT",
-        _positive(float),
+        _seconds(),
         600.0,
         "Seconds without a new span after which an episode that never ended is written "
         "as incomplete.",
@@ -229,14 +339,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "queue_size",
         "AGENTTRACE_QUEUE_SIZE",
-        _positive(int),
+        _count(),
         65_536,
         "Capacity of each background queue (finished episodes, spans to export).",
     ),
     Setting(
         "block_timeout",
         "AGENTTRACE_BLOCK_TIMEOUT",
-        _positive(float),
+        _seconds(),
         30.0,
         "Seconds a caller waits for room in a full queue before an item is dropped (and counted).",
     ),
@@ -254,7 +364,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "jsonl_max_bytes",
         "AGENTTRACE_JSONL_MAX_BYTES",
-        _positive(int),
+        _bytes(),
         256 * 1024 * 1024,
         "Size at which trajectory and span JSONL files rotate to a new part.",
     ),
@@ -280,7 +390,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "tokens_max",
         "AGENTTRACE_TOKENS_MAX",
-        _positive(int),
+        _count(),
         131_072,
         "Longest token list kept per model call (prompt ids, completion ids, logprobs); a longer "
         "one is cut, and the call marked rl.llm.tokens_cut.",
@@ -296,7 +406,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "group_size",
         "AGENTTRACE_GROUP_SIZE",
-        _positive(int),
+        _count(),
         None,
         "How many episodes that group has (rl.group.size), when known.",
     ),
@@ -327,6 +437,7 @@ SETTINGS: tuple[Setting, ...] = (
         "e.g. 'pkg.env:Env.step=env.step;pkg.run:Runner.play=episode[task_id=task.id]' "
         "(syntax in docs/auto-instrumentation.md). Read by AgentTraceInstrumentor, "
         "not by configure().",
+        instrumentor_only=True,
     ),
     Setting(
         "targets_file",
@@ -334,7 +445,10 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         None,
         "Path of a TOML or JSON file listing more targets for the auto-instrumentor "
-        "(format in docs/auto-instrumentation.md).",
+        "(format in docs/auto-instrumentation.md). A file that cannot be read or parsed is "
+        "reported in one line; the targets of AGENTTRACE_TARGETS are instrumented all the same.",
+        instrumentor_only=True,
+        path=True,
     ),
     Setting(
         "propagate",
@@ -349,11 +463,12 @@ SETTINGS: tuple[Setting, ...] = (
         "library behaviour unchanged (docs/context-propagation.md). Read by "
         "AgentTraceInstrumentor, not by configure().",
         PROPAGATE_CHOICES,
+        instrumentor_only=True,
     ),
     Setting(
         "flush_interval",
         "AGENTTRACE_FLUSH_INTERVAL",
-        _positive(float),
+        _seconds(),
         1.0,
         "Longest time, in seconds, between hand-overs to the writer: finished episodes and the "
         "spans of open episodes reach the files within about this long, which bounds what a "
@@ -362,7 +477,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "exit_timeout",
         "AGENTTRACE_EXIT_TIMEOUT",
-        _positive(float),
+        _seconds(),
         5.0,
         "Seconds agenttrace may take at interpreter exit, on SIGTERM and when a worker process "
         "ends to write and send what it holds (finished and open episodes, spans queued for "
@@ -386,6 +501,7 @@ SETTINGS: tuple[Setting, ...] = (
         "At exit, warn in one line about auto-instrumentation targets that were installed "
         "but never called in this process, so that 'nothing traced' is never silent. Read by "
         "AgentTraceInstrumentor, not by configure().",
+        instrumentor_only=True,
     ),
     Setting(
         "env_episodes",
@@ -396,6 +512,7 @@ SETTINGS: tuple[Setting, ...] = (
         "env instance's reset-to-terminal run is an episode of its own "
         "(docs/auto-instrumentation.md). false: such calls stay outside any episode. Read by "
         "AgentTraceInstrumentor, not by configure().",
+        instrumentor_only=True,
     ),
     Setting(
         "gymnasium",
@@ -407,6 +524,7 @@ SETTINGS: tuple[Setting, ...] = (
         "gymnasium.make are TracedEnv-wrapped and vector environments from gymnasium.make_vec "
         "TracedVectorEnv-wrapped (an episode per reset-to-terminal run, docs/env-wrappers.md). "
         "Read by AgentTraceInstrumentor, not by configure().",
+        instrumentor_only=True,
     ),
 )
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
@@ -464,7 +582,13 @@ class Settings:
 
 
 def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settings:
-    """Settings from explicit values (None = not given), then the environment, then defaults."""
+    """Settings from explicit values (None = not given), then the environment, then defaults.
+
+    Raises :class:`ConfigError` for the first bad value: an explicit one names the setting, one
+    from the environment the variable too. A bad variable of a setting only the
+    auto-instrumentor reads is reported in one line instead and its default used
+    (:func:`report_once`); the pipeline never reads those.
+    """
     environ = os.environ if environ is None else environ
     warn_unknown_variables(environ)
     unknown = sorted(set(explicit) - set(_BY_NAME))
@@ -535,11 +659,6 @@ def _did_you_mean(value: str, choices: list[str] | tuple[str, ...]) -> str:
 
 
 def _check_export_content(values: dict[str, Any]) -> None:
-    if values["export_max_bytes"] < EXPORT_MAX_BYTES_MIN:
-        raise ConfigError(
-            f"export_max_bytes={values['export_max_bytes']!r} (AGENTTRACE_EXPORT_MAX_BYTES): "
-            f"must be at least {EXPORT_MAX_BYTES_MIN}"
-        )
     if values["export_content"] == "ref" and not (values["blob_store"] or "").strip():
         raise ConfigError(
             "export_content='ref' (AGENTTRACE_EXPORT_CONTENT) needs a blob store: set "
@@ -547,11 +666,32 @@ def _check_export_content(values: dict[str, Any]) -> None:
         )
 
 
+_reported: set[str] = set()
+
+
+def report_once(key: str, message: str) -> None:
+    """Log ``message`` as an error, in one line, the first time ``key`` comes up in this
+    process (a forked child inherits what its parent said). For bad settings found without an
+    explicit ``configure()``: the program goes on, and a setting read twice (by the pipeline
+    and by the auto-instrumentor, or again after ``shutdown()``) is not reported twice."""
+    if key in _reported:
+        return
+    _reported.add(key)
+    logger.error("%s", one_line(message))
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its line breaks become spaces (a value's own spacing stays)."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def read_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """One setting from the environment (else its default), without resolving the others.
 
     For readers that need a single value and must not fail because another setting is bad
-    (the auto-instrumentor reads its targets this way).
+    (the auto-instrumentor reads its targets this way). A bad value raises
+    :class:`ConfigError`, except for a setting only the auto-instrumentor reads: that one is
+    reported in one line (once per process) and its default returned.
     """
     setting = _BY_NAME.get(name)
     if setting is None:
@@ -581,43 +721,128 @@ def parse_setting(name: str, value: Any) -> Any:
     return _check_explicit(setting, value)
 
 
+#: The longest value repeated in a message; a longer one is cut (its length said).
+_SHOWN_MAX = 200
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    if len(text) <= _SHOWN_MAX:
+        return text
+    return f"{text[:_SHOWN_MAX]}... ({len(text)} characters)"
+
+
 def _from_environment(setting: Setting, environ: Mapping[str, str]) -> Any:
-    """The setting's environment variable, parsed and checked; its default when unset."""
+    """The setting's environment variable, parsed and checked; its default when unset.
+
+    An empty variable (or one of spaces only) is unset, as for the OTEL_* variables.
+    """
     raw = environ.get(setting.env, "")
     if not raw.strip():
         return setting.default
     try:
-        value = setting.parse(raw)
+        return _parse_environment(setting, raw)
+    except ConfigError as exc:
+        if not setting.instrumentor_only:
+            raise
+        report_once(
+            f"{setting.env}={raw}",
+            f"agenttrace: {exc}; using the default ({_default_text(setting)})",
+        )
+        return setting.default
+
+
+def _parse_environment(setting: Setting, raw: str) -> Any:
+    where = f"{setting.env}={_shown(raw)}"
+    try:
+        value = setting.parse(raw.strip() if setting.kind == "choice" else raw)
+        if setting.kind == "list":
+            _check_names_something(setting, value)
     except Exception as exc:
-        raise ConfigError(
-            f"{setting.env}={raw!r} is not a valid value for {setting.name}: {exc}"
-        ) from exc
-    _check_choices(setting, value, f"{setting.env}={raw!r}")
+        reason = one_line(str(exc)) or type(exc).__name__
+        raise ConfigError(f"{where} is not a valid value for {setting.name}: {reason}") from exc
+    _check_choices(setting, value, where)
     return value
 
 
+def _default_text(setting: Setting) -> str:
+    default = setting.default
+    if default is None:
+        return "none"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, tuple):
+        return ",".join(default)
+    return str(default)
+
+
+def _check_names_something(setting: Setting, value: tuple[str, ...]) -> None:
+    """A text that names no item (``,,,``) is a mistake: it never means "none"."""
+    if not value:
+        choices = f"; choose from {', '.join(setting.choices)}" if setting.choices else ""
+        raise ValueError(f"it names no {setting.name}{choices}")
+
+
 def _check_explicit(setting: Setting, value: Any) -> Any:
-    if isinstance(value, str) and setting.parse is not str:
-        try:
-            value = setting.parse(value)
-        except Exception as exc:
-            raise ConfigError(f"{setting.name}={value!r}: {exc}") from exc
-    elif isinstance(value, (list, tuple)) and setting.parse is _parse_list:
-        value = tuple(str(v).strip().lower() for v in value)
-    elif setting.name == "conventions":
-        try:
-            value = setting.parse(value)
-        except Exception as exc:
-            raise ConfigError(f"{setting.name}={value!r}: {exc}") from exc
-    elif setting.name in ("redact",) and not callable(value):
-        raise ConfigError(f"{setting.name} must be callable, got {type(value).__name__}")
-    elif (
-        isinstance(setting.default, (int, float))
-        and not isinstance(setting.default, bool)
-        and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0)
-    ):
-        raise ConfigError(f"{setting.name} must be a positive number, got {value!r}")
-    _check_choices(setting, value, f"{setting.name}={value!r}")
+    """A value given to ``configure()``: the right type, in range, one of the choices; else
+    :class:`ConfigError` naming the setting and the value."""
+    where = f"{setting.name}={_shown(value)} ({setting.env})"
+    try:
+        value = _explicit_value(setting, value, where)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        reason = one_line(str(exc)) or type(exc).__name__
+        raise ConfigError(f"{where}: {reason}") from exc
+    _check_choices(setting, value, where)
+    return value
+
+
+def _explicit_value(setting: Setting, value: Any, where: str) -> Any:
+    kind = setting.kind
+    if kind == "number":
+        return setting.parse(value)
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return _parse_bool(value)
+        raise ValueError(f"expected true or false, got {type(value).__name__}")
+    if kind == "list":
+        if isinstance(value, str):
+            names = _parse_list(value)
+            _check_names_something(setting, names)
+            return names
+        if isinstance(value, (list, tuple, set, frozenset)):
+            for item in value:
+                if not isinstance(item, str):
+                    raise ValueError(
+                        f"expected names (strings), got {type(item).__name__} {_shown(item)}"
+                    )
+            return tuple(item.strip().lower() for item in value)
+        raise ValueError(
+            f"expected a comma-separated string or a list of names, got {type(value).__name__}"
+        )
+    if kind == "callable":
+        if isinstance(value, str):
+            return _parse_callable(value)
+        if not callable(value):
+            raise ValueError(f"must be callable, got {type(value).__name__}")
+        return value
+    if kind == "conventions":
+        return setting.parse(value)
+    # text: plain strings and choices
+    if setting.path and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        accepted = "a string or a path" if setting.path else "a string"
+        raise ValueError(f"expected {accepted}, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError("must not be empty (leave it out, or pass None, for the default)")
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    if setting.parse is not str:
+        value = setting.parse(value)
     return value
 
 
@@ -629,7 +854,7 @@ def _check_choices(setting: Setting, value: Any, where: str) -> None:
     if bad:
         hints = "".join(_did_you_mean(str(item), setting.choices) for item in bad[:1])
         raise ConfigError(
-            f"{where}: unknown {setting.name} {', '.join(map(repr, bad))}{hints}; "
+            f"{where}: unknown {setting.name} {', '.join(map(_shown, bad))}{hints}; "
             f"choose from {', '.join(setting.choices)}"
         )
 
@@ -640,5 +865,6 @@ def settings_table_markdown() -> str:
     for s in SETTINGS:
         default = ",".join(s.default) if isinstance(s.default, tuple) else s.default
         choices = f" Choices: {', '.join(s.choices)}." if s.choices else ""
-        lines.append(f"| `{s.name}` | `{s.env}` | `{default}` | {s.help}{choices} |")
+        allowed = f" Allowed: {s.parse.describe()}." if isinstance(s.parse, Number) else ""
+        lines.append(f"| `{s.name}` | `{s.env}` | `{default}` | {s.help}{choices}{allowed} |")
     return "\n".join(lines)

@@ -604,24 +604,73 @@ def configure(
     plain callables; given, it replaces ``AGENTTRACE_SINKS``. ``meter_provider`` receives the
     episode metrics (else the global SDK one, or OTLP; see the ``metrics`` setting). A previous
     default pipeline is shut down first, so its files are complete.
+
+    A bad argument (or ``AGENTTRACE_*`` variable, or an output folder that cannot be written)
+    raises :class:`ConfigError` naming the setting. Tracing is then off, never set up from
+    the environment behind your back: the previous default pipeline is shut down and the
+    tracing API records nothing until a ``configure()`` succeeds.
     """
     global _default
-    extra: list[Sink | Callable[[Trajectory], None]] = []
-    if sinks is not None:
-        names = tuple(s for s in sinks if isinstance(s, str))
-        extra = [s for s in sinks if not isinstance(s, str)]
-        options["sinks"] = names
-    settings = config.resolve(**options)
+    try:
+        extra = _split_sinks(sinks, options)
+        settings = config.resolve(**options)
+    except BaseException:
+        _switch_off()
+        raise
     with _default_lock:
         previous, _default = _default, None
     if previous is not None:
         previous.shutdown()
-    instance = AgentTrace(
-        settings, tracer_provider=tracer_provider, meter_provider=meter_provider, extra_sinks=extra
-    )
+    try:
+        instance = AgentTrace(
+            settings,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            extra_sinks=extra,
+        )
+    except BaseException:
+        _switch_off()
+        raise
     with _default_lock:
         _default = instance
     return instance
+
+
+def _split_sinks(sinks: Any, options: dict[str, Any]) -> list[Sink | Callable[[Trajectory], None]]:
+    """``configure(sinks=...)``: the built-in names go to ``options["sinks"]``; the sink objects
+    and callables are returned. A string is a comma-separated list of names."""
+    if sinks is None:
+        return []
+    if isinstance(sinks, str):
+        options["sinks"] = sinks
+        return []
+    if isinstance(sinks, (bytes, bytearray)) or not isinstance(sinks, Iterable):
+        raise config.ConfigError(
+            f"sinks={config._shown(sinks)} (AGENTTRACE_SINKS): expected a list of sink names "
+            f"({', '.join(config.SINK_CHOICES)}), sink objects or callables, "
+            f"got {type(sinks).__name__}"
+        )
+    items = list(sinks)
+    extra = [s for s in items if not isinstance(s, str)]
+    for sink in extra:
+        is_sink = all(hasattr(sink, name) for name in ("write", "flush", "close"))
+        if not is_sink and not callable(sink):
+            raise config.ConfigError(
+                f"sinks: {config._shown(sink)} ({type(sink).__name__}) is neither a sink name "
+                f"({', '.join(config.SINK_CHOICES)}), a sink (write, flush, close) nor a callable"
+            )
+    options["sinks"] = tuple(s for s in items if isinstance(s, str))
+    return extra
+
+
+def _switch_off() -> None:
+    """After a failed configure(): the previous default pipeline shut down, and a switched-off
+    one in its place, so the tracing API neither records nor configures from the environment."""
+    global _default
+    with _default_lock:
+        previous, _default = _default, AgentTrace(config.defaults(enabled=False))
+    if previous is not None:
+        previous.shutdown()
 
 
 def get_default() -> AgentTrace:
@@ -631,7 +680,8 @@ def get_default() -> AgentTrace:
     written, it logs one line saying so and returns a switched-off pipeline, so the program
     runs on untraced (an explicit :func:`configure` raises :class:`ConfigError` instead).
     In a forked child, the first use makes a pipeline like the parent's default, with a run
-    folder of its own.
+    folder of its own. After a :func:`configure` that raised, it is a switched-off pipeline
+    (until a ``configure()`` succeeds, or :func:`shutdown`).
     """
     global _parent_default
     instance = _default
@@ -659,13 +709,19 @@ def _after_fork_in_child() -> None:
     inherited, _default = _default, None
     if inherited is not None and inherited.enabled:
         _parent_default = inherited
+    elif inherited is not None:
+        # Switched off (enabled=False, a bad setting, a failed configure()): so is the child,
+        # without reading the environment again or repeating the parent's line.
+        _default = inherited
 
 
 def _for_child(parent: AgentTrace) -> AgentTrace:
     try:
         return parent._for_forked_child()
     except Exception as exc:
-        logger.error("agenttrace: %s; tracing is off in process %d", _one_line(exc), os.getpid())
+        line = f"agenttrace: {_one_line(exc)}; tracing is off in process {os.getpid()}"
+        config.report_once(line, line)
+        logger.debug("agenttrace: setting up a forked child's pipeline failed", exc_info=True)
         return AgentTrace(config.defaults(enabled=False))
 
 
@@ -674,13 +730,21 @@ if hasattr(os, "register_at_fork"):
 
 
 def _from_environment() -> AgentTrace:
+    """The default pipeline from the environment; switched off, after one line (once per
+    process: not again after shutdown() and a new first span), when that fails."""
     try:
         return AgentTrace(config.resolve())
     except (config.ConfigError, OSError, ImportError) as exc:
         if not _switched_off_in_environment():  # else off is what was asked for: no line
-            logger.error("agenttrace: %s; tracing is off for this process", _one_line(exc))
-    except Exception:
-        logger.exception("agenttrace: could not set up tracing; tracing is off for this process")
+            line = f"agenttrace: {_one_line(exc)}; tracing is off for this process"
+            config.report_once(line, line)
+    except Exception as exc:
+        line = (
+            f"agenttrace: could not set up tracing ({_one_line(exc)}); "
+            "tracing is off for this process"
+        )
+        config.report_once(line, line)
+        logger.debug("agenttrace: setting up tracing failed", exc_info=True)
     return AgentTrace(config.defaults(enabled=False))
 
 
@@ -692,7 +756,7 @@ def _switched_off_in_environment() -> bool:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = config.one_line(str(exc)) or type(exc).__name__
     if isinstance(exc, (config.ConfigError, OSError)):
         return text
     return f"{type(exc).__name__}: {text}"
@@ -704,7 +768,11 @@ def _set_default(instance: AgentTrace | None) -> None:
 
 
 def shutdown() -> None:
-    """Shut the default pipeline down (flush, write open episodes as incomplete)."""
+    """Shut the default pipeline down (flush, write open episodes as incomplete).
+
+    A fresh start: the next span configures from the environment again, also after a
+    :func:`configure` that raised (whose switched-off pipeline this ends).
+    """
     global _default
     with _default_lock:
         instance, _default = _default, None

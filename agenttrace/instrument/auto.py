@@ -808,17 +808,28 @@ def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
 def targets_from_environment(
     environ: Mapping[str, str] | None = None,
 ) -> tuple[list[Target], list[TargetError]]:
-    """Targets from ``AGENTTRACE_TARGETS_FILE`` then ``AGENTTRACE_TARGETS``, with the errors."""
+    """Targets from ``AGENTTRACE_TARGETS_FILE`` then ``AGENTTRACE_TARGETS``, with the errors.
+
+    Never raises: each source is read on its own, so a broken file (unreadable, bad TOML or
+    JSON, nested too deeply) is one error and the targets of ``AGENTTRACE_TARGETS`` are
+    still returned, and the other way round.
+    """
     found: list[Target] = []
     errors: list[TargetError] = []
     path = config.read_setting("targets_file", environ)
     if path:
-        more, bad = targets_module.read_targets_file(path)
+        try:
+            more, bad = targets_module.read_targets_file(path)
+        except Exception as exc:  # (it never raises; if it did, only the file would be lost)
+            more, bad = [], [TargetError(f"targets file {path}: {type(exc).__name__}: {exc}")]
         found += more
         errors += bad
     text = config.read_setting("targets", environ)
     if text:
-        more, bad = targets_module.parse_targets(text)
+        try:
+            more, bad = targets_module.parse_targets(text)
+        except Exception as exc:
+            more, bad = [], [TargetError(f"{type(exc).__name__}: {exc}")]
         found += more
         errors += [TargetError(f"AGENTTRACE_TARGETS: {e}") for e in bad]
     return found, errors

@@ -416,13 +416,34 @@ def _target_from_table(table: Mapping[str, Any]) -> Target:
     )
 
 
+#: The largest targets file read; a bigger one is reported, not read (a list of targets is
+#: a few kilobytes; this keeps a wrong path such as a data file or /dev/zero harmless).
+TARGETS_FILE_MAX_BYTES = 16 * 1024 * 1024
+
+
 def read_targets_file(path: str | Path) -> tuple[list[Target], list[TargetError]]:
-    """Targets from a TOML (``.toml``) or JSON file; see the module docstring for the format."""
+    """Targets from a TOML (``.toml``) or JSON file; see the module docstring for the format.
+
+    Never raises: a file that cannot be read or parsed (missing, not UTF-8, too large, nested
+    too deeply, not valid TOML or JSON) is one error naming the file; a bad entry is one error
+    naming the entry, and the file's other entries are returned.
+    """
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        with file.open("rb") as stream:
+            data_bytes = stream.read(TARGETS_FILE_MAX_BYTES + 1)
+        if len(data_bytes) > TARGETS_FILE_MAX_BYTES:
+            return [], [
+                TargetError(
+                    f"targets file {file}: larger than {TARGETS_FILE_MAX_BYTES // 2**20} MiB; "
+                    "not read (is it the right file?)"
+                )
+            ]
+        text = data_bytes.decode("utf-8")
     except OSError as exc:
         return [], [TargetError(f"targets file {file}: cannot be read: {exc}")]
+    except UnicodeDecodeError as exc:
+        return [], [TargetError(f"targets file {file}: cannot be read: not UTF-8 text ({exc})")]
     try:
         if file.suffix.lower() == ".toml":
             data: Any = _load_toml(text)
@@ -430,8 +451,19 @@ def read_targets_file(path: str | Path) -> tuple[list[Target], list[TargetError]
             data = json.loads(text)
     except TargetError as exc:
         return [], [exc]
+    except RecursionError:
+        return [], [
+            TargetError(f"targets file {file}: not valid {_format_of(file)}: nested too deeply")
+        ]
     except ValueError as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
-        return [], [TargetError(f"targets file {file}: not valid {_format_of(file)}: {exc}")]
+        reason = " ".join(str(exc).split())
+        return [], [TargetError(f"targets file {file}: not valid {_format_of(file)}: {reason}")]
+    except Exception as exc:  # a parser's own failure: still this file's problem only
+        return [], [
+            TargetError(
+                f"targets file {file}: not valid {_format_of(file)}: {type(exc).__name__}: {exc}"
+            )
+        ]
     entries = data.get("targets") if isinstance(data, Mapping) else data
     if not isinstance(entries, list):
         return [], [
@@ -446,6 +478,10 @@ def read_targets_file(path: str | Path) -> tuple[list[Target], list[TargetError]
             targets.extend(targets_from_value(entry))
         except TargetError as exc:
             errors.append(TargetError(f"targets file {file}: {exc}"))
+        except Exception as exc:  # (RecursionError on a deeply nested entry, say)
+            errors.append(
+                TargetError(f"targets file {file}: entry {index}: {type(exc).__name__}: {exc}")
+            )
     return targets, errors
 
 

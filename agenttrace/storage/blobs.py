@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -40,6 +41,7 @@ __all__ = [
     "LocalBlobStore",
     "blob_ref",
     "blob_reference",
+    "check_blob_store",
     "open_blob_store",
     "parse_blob_reference",
 ]
@@ -101,7 +103,7 @@ def parse_blob_reference(text: Any) -> tuple[str, int] | None:
         data = json.loads(text)
         body = data[BLOB_TAG]
         ref, size = body["ref"], body["size"]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return None
     if len(data) != 1 or type(size) is not int or _REF.fullmatch(str(ref)) is None:
         return None
@@ -271,6 +273,55 @@ def _import_fsspec(url: str) -> Any:
             f"fsspec: pip install fsspec (plus the filesystem's own package, e.g. s3fs)"
         ) from exc
     return fsspec
+
+
+def check_blob_store(url_or_path: str | os.PathLike[str]) -> None:
+    """Raise ValueError when :func:`open_blob_store` could never open ``url_or_path``.
+
+    Cheap and offline, for checking a setting when agenttrace starts rather than at the first
+    write: an empty string, a ``file://`` URL on another host, a URL with nothing after the
+    scheme, a scheme fsspec does not know, or one whose filesystem package (s3fs, gcsfs, ...)
+    is not installed. Nothing is opened or connected to; a local folder is made at the first
+    write.
+    """
+    if isinstance(url_or_path, os.PathLike):
+        return
+    text = str(url_or_path)
+    if not text.strip():
+        raise ValueError("a blob store needs a folder or URL, got an empty string")
+    if "://" not in text:
+        return  # a local folder
+    scheme = urlsplit(text).scheme.lower()
+    if scheme == "file":
+        if urlsplit(text).netloc not in ("", "localhost"):
+            raise ValueError(f"file URL with a remote host is not a local folder: {text!r}")
+        return
+    # fsspec chains filesystems: "simplecache::s3://bucket/blobs"
+    *wrappers, target = text.split("::")
+    protocol, _, location = target.partition("://")
+    if not location.strip("/ "):
+        raise ValueError(f"{text!r} names no bucket or folder after {protocol}://")
+    try:
+        from fsspec.registry import known_implementations, registry
+    except ImportError:
+        raise ValueError(
+            f"the blob store {text!r} is not a local folder; reading and writing it needs "
+            "fsspec: pip install fsspec (plus the filesystem's own package, e.g. s3fs)"
+        ) from None
+    for name in [*wrappers, protocol]:
+        name = name.strip().lower()
+        if name in registry:
+            continue
+        known = known_implementations.get(name)
+        if known is None:
+            raise ValueError(
+                f"unknown blob store scheme {name + '://'!r} in {text!r}: use a folder, a "
+                "file:// URL or a URL fsspec understands (s3://, gs://, az://, memory://, ...)"
+            )
+        package = str(known.get("class", "")).split(".", 1)[0]
+        if package and importlib.util.find_spec(package) is None:
+            hint = known.get("err") or f"pip install {package}"
+            raise ValueError(f"the blob store {text!r} needs the package {package}: {hint}")
 
 
 def open_blob_store(url_or_path: str | os.PathLike[str], **storage_options: Any) -> BlobStore:
