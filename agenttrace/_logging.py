@@ -7,6 +7,7 @@ internal failure there is logged once per place (with its traceback) and swallow
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 logger = logging.getLogger("agenttrace")
@@ -22,7 +23,17 @@ def warn_once(key: str, message: str, *args: Any) -> None:
 
 
 def internal_error(where: str) -> None:
-    """Log the exception being handled, once per ``where``; call it from an except block."""
+    """Log the exception being handled, once per ``where``; call it from an except block.
+
+    A RecursionError is logged without its traceback (a thousand identical frames)."""
     if where not in _warned:
         _warned.add(where)
+        exc = sys.exc_info()[1]
+        if isinstance(exc, RecursionError):
+            logger.error(
+                "agenttrace: internal error in %s (RecursionError: %s); your program goes on",
+                where,
+                exc,
+            )
+            return
         logger.exception("agenttrace: internal error in %s; your program goes on", where)

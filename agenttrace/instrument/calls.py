@@ -19,6 +19,7 @@ from agenttrace._logging import internal_error as _internal_error
 from agenttrace._logging import warn_once as _warn_once
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.extractors import _UNSET
+from agenttrace.instrument.field_values import count_value, finish_texts, text_value
 from agenttrace.instrument.llm_results import read_result
 from agenttrace.instrument.scope import TURN_CALL_PRIORITY, _EpisodeState, _Frame, _Scope
 
@@ -109,7 +110,10 @@ class LLMCallScope(_Scope):
         if span is None:
             return
         try:
-            self._record_tokens(prompt_token_ids, completion_token_ids, completion_logprobs)
+            try:
+                self._record_tokens(prompt_token_ids, completion_token_ids, completion_logprobs)
+            except Exception:  # (its own fields only)
+                _internal_error("recording the token ids of an LLM call")
             attrs: dict[str, Any] = self._encoded(
                 (
                     (sc.GEN_AI_INPUT_MESSAGES, input_messages),
@@ -117,20 +121,30 @@ class LLMCallScope(_Scope):
                     (sc.GEN_AI_TOOL_DEFINITIONS, tool_definitions),
                 )
             )
-            if response_model:
-                attrs[sc.GEN_AI_RESPONSE_MODEL] = response_model
-            if finish_reasons is not None:
-                attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = tuple(str(r) for r in finish_reasons)
-            if input_tokens is not None:
-                attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = int(input_tokens)
-            if output_tokens is not None:
-                attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = int(output_tokens)
-            if response_id:
-                attrs[sc.GEN_AI_RESPONSE_ID] = response_id
-            if finish_reasons is not None and self._final_on.intersection(finish_reasons):
-                self._record_final(attrs, [str(r) for r in finish_reasons])
-            elif finish_reasons is not None and self._turn and list(finish_reasons) == ["stop"]:
-                self._record_final_answer()
+            role = self.role
+            for key, name, value in (
+                (sc.GEN_AI_RESPONSE_MODEL, "response_model", response_model),
+                (sc.GEN_AI_RESPONSE_ID, "response_id", response_id),
+            ):
+                if value is not None:
+                    text = value if type(value) is str else text_value(value, role, name)
+                    if text:
+                        attrs[key] = text
+            for key, name, value in (
+                (sc.GEN_AI_USAGE_INPUT_TOKENS, "input_tokens", input_tokens),
+                (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "output_tokens", output_tokens),
+            ):
+                if value is not None:
+                    count = value if type(value) is int else count_value(value, role, name)
+                    if count is not None:
+                        attrs[key] = count
+            reasons = None if finish_reasons is None else finish_texts(finish_reasons, role)
+            if reasons is not None:
+                attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
+                if self._final_on.intersection(reasons):
+                    self._record_final(attrs, list(reasons))
+                elif self._turn and reasons == ("stop",):
+                    self._record_final_answer()
             if attrs:
                 span.set_attributes(attrs)
         except Exception:
@@ -294,7 +308,9 @@ class ToolCallScope(_Scope):
                     self._name = name
                     span.update_name(self._span_name())
             if call_id is not _UNSET and call_id is not None:
-                attrs[sc.GEN_AI_TOOL_CALL_ID] = str(call_id)
+                text = text_value(call_id, self.role, "call_id", any_type=True)
+                if text is not None:
+                    attrs[sc.GEN_AI_TOOL_CALL_ID] = text
             attrs.update(
                 self._encoded(
                     (

@@ -27,7 +27,10 @@ _UNSET: Any = object()
 
 @dataclass
 class StepResult:
-    """What an environment step produced; ``_UNSET`` fields were not in the value."""
+    """What an environment step produced; ``_UNSET`` fields were not in the value.
+
+    Fields hold what the step gave when it is not a plain number or bool (a reward ``"1.0"``,
+    a flag ``"False"``): ``record()`` reads each one and says what it made of it."""
 
     observation: Any = _UNSET
     reward: Any = None
@@ -54,20 +57,36 @@ def _is_flag(value: Any) -> bool:
     )
 
 
+def _is_one_flag(value: Any) -> bool:
+    """A bool or a numpy bool scalar (not an array of a vector env's flags)."""
+    return isinstance(value, bool) or (_is_flag(value) and getattr(value, "shape", None) == ())
+
+
 def from_gymnasium(result: Any) -> StepResult | None:
+    """A 5-tuple with two flags in the middle. Its reward may be anything when both flags
+    are single bools and the info a mapping (the shape is unmistakable): record() then says
+    what it makes of a reward that is not a number (docs/tracing-api.md, "Bad values")."""
     if isinstance(result, tuple) and len(result) == 5:
         obs, reward, terminated, truncated, info = result
-        if _is_reward(reward) and _is_flag(terminated) and _is_flag(truncated):
+        flags = _is_flag(terminated) and _is_flag(truncated)
+        if flags and (
+            _is_reward(reward)
+            or (_is_one_flag(terminated) and _is_one_flag(truncated) and isinstance(info, Mapping))
+        ):
             return StepResult(obs, reward, bool(terminated), bool(truncated), None, info)
     return None
 
 
 def from_done_tuple(result: Any) -> StepResult | None:
-    """``(obs, reward, done)`` and old gym's ``(obs, reward, done, info)``."""
+    """``(obs, reward, done)`` and old gym's ``(obs, reward, done, info)`` (whose reward may
+    be anything when ``done`` is a single bool and the info a mapping, as in
+    :func:`from_gymnasium`)."""
     if isinstance(result, tuple) and len(result) in (3, 4):
         obs, reward, done = result[:3]
-        if _is_reward(reward) and _is_flag(done):
-            info = result[3] if len(result) == 4 else _UNSET
+        info = result[3] if len(result) == 4 else _UNSET
+        if _is_flag(done) and (
+            _is_reward(reward) or (_is_one_flag(done) and isinstance(info, Mapping))
+        ):
             return StepResult(obs, reward, bool(done), False, None, info)
     return None
 
@@ -88,17 +107,22 @@ def from_dm_env(result: Any) -> StepResult | None:
     except (TypeError, ValueError):
         return None
     discount = getattr(result, "discount", None)
+    number = _float_or_none(discount)
     last = kind == "LAST"
-    terminated = last and discount is not None and float(discount) == 0.0
+    terminated = last and number == 0.0
     truncated = last and not terminated
     reward = getattr(result, "reward", None)
+    # (a discount that is not a number goes to record() as it is: it says so)
     return StepResult(
-        result.observation,
-        reward,
-        terminated,
-        truncated,
-        None if discount is None else float(discount),
+        result.observation, reward, terminated, truncated, discount if number is None else number
     )
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None or isinstance(value, str) else float(value)
+    except Exception:  # not a number (record() warns about it)
+        return None
 
 
 def from_mapping(result: Any) -> StepResult | None:
@@ -113,11 +137,22 @@ def from_mapping(result: Any) -> StepResult | None:
     return StepResult(
         result.get("observation", result.get("obs", _UNSET)),
         result["reward"],
-        None if terminated is None else bool(terminated),
-        None if truncated is None else bool(truncated),
+        _flag(terminated),
+        _flag(truncated),
         result.get("discount"),
         result.get("info", _UNSET),
     )
+
+
+def _flag(value: Any) -> Any:
+    """A flag read from a mapping or object: a bool, numpy bool or int as a bool; None as
+    None; anything else as it is, for record() to read and warn about (``bool("False")``
+    would be true)."""
+    if value is None or type(value) is bool:
+        return value
+    if isinstance(value, int) or (_is_flag(value) and getattr(value, "shape", None) == ()):
+        return bool(value)
+    return value
 
 
 def from_reward_done_object(result: Any) -> StepResult | None:
@@ -132,8 +167,8 @@ def from_reward_done_object(result: Any) -> StepResult | None:
     return StepResult(
         getattr(result, "observation", _UNSET),
         result.reward,
-        None if terminated is None else bool(terminated),
-        None if truncated is None else bool(truncated),
+        _flag(terminated),
+        _flag(truncated),
         getattr(result, "discount", None),
         getattr(result, "info", _UNSET),
     )

@@ -49,14 +49,31 @@ def _chat_completion(result: Any, choices: Sequence[Any]) -> dict[str, Any]:
             messages.append(message_dict(message))
         reason = _get(choice, "finish_reason")
         if reason is not None:
-            reasons.append(str(reason))
+            reasons.append(_reason(reason))
     return {
         "output_messages": messages,
         "finish_reasons": reasons or None,
-        **_usage(_get(result, "usage")),
-        **_identity(result),
-        **_tokens(result, choices[0] if choices else None),
+        **_part(_usage, _get(result, "usage")),
+        **_part(_identity, result),
+        **_part(_tokens, result, choices[0] if choices else None),
     }
+
+
+def _part(read: Any, *args: Any) -> dict[str, Any]:
+    """One part of a result (usage, identity, token ids): {} when reading it fails, so the
+    rest of the answer is still recorded."""
+    try:
+        return read(*args)
+    except Exception:
+        return {}
+
+
+def _reason(reason: Any) -> Any:
+    """A finish reason as text; one whose ``str()`` raises as it is (record() says so)."""
+    try:
+        return str(reason)
+    except Exception:
+        return reason
 
 
 _TOKEN_ID_PREFIX = "token_id:"
@@ -128,8 +145,8 @@ def _response(result: Any, output: Sequence[Any]) -> dict[str, Any]:
     return {
         "output_messages": [message],
         "finish_reasons": [reason] if reason else None,
-        **_usage(_get(result, "usage")),
-        **_identity(result),
+        **_part(_usage, _get(result, "usage")),
+        **_part(_identity, result),
     }
 
 
@@ -156,12 +173,12 @@ def _plain(result: Any) -> dict[str, Any]:
     reasons = _get(result, "finish_reasons")
     reason = _get(result, "finish_reason", _get(result, "stop_reason"))
     if _is_list(reasons):
-        fields["finish_reasons"] = [str(r) for r in reasons]
+        fields["finish_reasons"] = [_reason(r) for r in reasons]
     elif reason is not None:
-        fields["finish_reasons"] = [str(reason)]
+        fields["finish_reasons"] = [_reason(reason)]
     usage = _get(result, "usage")
-    fields.update(_usage(usage if usage is not None else result))
-    fields.update(_identity(result))
+    fields.update(_part(_usage, usage if usage is not None else result))
+    fields.update(_part(_identity, result))
     return fields
 
 
@@ -193,9 +210,12 @@ def message_dict(message: Any) -> dict[str, Any]:
     """A message (a dict, a pydantic model such as the SDK's, or any object) as a dict."""
     if isinstance(message, dict):
         return message
-    dump = getattr(message, "model_dump", None)
+    dump = _get(message, "model_dump")
     if callable(dump):
-        data = dump(exclude_none=True)
+        try:
+            data = dump(exclude_none=True)
+        except Exception:  # a model that cannot dump itself: its role and content
+            data = None
         if isinstance(data, dict):
             return data
     return {"role": _get(message, "role"), "content": _get(message, "content")}

@@ -22,6 +22,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -32,6 +33,7 @@ from agenttrace._logging import internal_error as _internal_error
 from agenttrace._secrets import REDACTED, is_secret_name
 from agenttrace.instrument.arguments import CallArguments, Parameters
 from agenttrace.instrument.extractors import _UNSET
+from agenttrace.instrument.field_values import readable_text, unencodable_text
 from agenttrace.instrument.lean_spans import lean_starter, set_clean_attributes
 from agenttrace.trajectory import codec
 
@@ -173,9 +175,13 @@ TURN_CALL_PRIORITY = 1
 _REWARDS_KEPT = 512
 
 
-def content_text(runtime: pipeline.AgentTrace | None, key: str, value: Any) -> str | None:
+def content_text(
+    runtime: pipeline.AgentTrace | None, key: str, value: Any, role: str = "a span"
+) -> str | None:
     """JSON text for a content attribute, after the content policy and redaction (None:
-    content is not captured)."""
+    content is not captured). Never raises: a value that cannot be encoded, or whose text
+    would not read back, takes the documented marker or fix
+    (agenttrace.instrument.field_values), said once per ``role``, field and type."""
     if runtime is None or not runtime.capture_content:
         return None
     if runtime.redact is not None:
@@ -184,7 +190,17 @@ def content_text(runtime: pipeline.AgentTrace | None, key: str, value: Any) -> s
         except Exception:
             _internal_error("the redact hook (content withheld)")
             return codec.dumps(REDACTED)
-    return codec.dumps(value, redact_secrets=True)
+    try:
+        text = codec.dumps(value, redact_secrets=True)
+    except Exception as exc:  # a list that holds itself, nesting past the stack, ...
+        return unencodable_text(role, key, value, exc)
+    if (
+        len(text) > 10
+        and (type(value) is not np.ndarray or value.dtype.hasobject)  # (no keys: skip)
+        and ('"$dict"' in text or '"$set"' in text or '"$frozenset"' in text)
+    ):
+        return readable_text(role, key, value, text)  # (keys that might not read back)
+    return text
 
 
 def _lean_starter(runtime: pipeline.AgentTrace) -> Any:
@@ -247,7 +263,7 @@ class _Scope:
         tracer_provider: Any = None,
         runtime: pipeline.AgentTrace | None = None,
     ) -> None:
-        self._attributes = _safe_attributes(attributes) if attributes else {}
+        self._attributes = _safe_attributes(attributes, self.role) if attributes else {}
         self._tracer_provider = tracer_provider
         self._runtime = runtime
         self._span: Span | None = None
@@ -435,7 +451,7 @@ class _Scope:
             span.set_attributes(attributes)
 
     def _content(self, key: str, value: Any) -> str | None:
-        return content_text(self._runtime, key, value)
+        return content_text(self._runtime, key, value, self.role)
 
     # --- decorator ------------------------------------------------------------------------
 
@@ -670,11 +686,12 @@ def _async_generator_wrapper(func: Callable[..., Any], begin: Callable) -> Calla
     return wrapper
 
 
-def _safe_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
-    """Drop attributes named like secrets; keep OTel-compatible values, JSON-encode others."""
+def _safe_attributes(attributes: dict[str, Any], role: str = "a span") -> dict[str, Any]:
+    """Drop attributes named like secrets; keep OTel-compatible values, JSON-encode others
+    (a value that cannot be encoded becomes the marker of agenttrace.instrument.field_values)."""
     clean: dict[str, Any] = {}
     for key, value in attributes.items():
-        if is_secret_name(key) or value is None:
+        if not isinstance(key, str) or is_secret_name(key) or value is None:
             continue
         if isinstance(value, (str, bool, int, float)):
             clean[key] = value
@@ -685,5 +702,9 @@ def _safe_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
         ):
             clean[key] = tuple(value)
         else:
-            clean[key] = codec.dumps(value, redact_secrets=True)
+            try:
+                text = codec.dumps(value, redact_secrets=True)
+            except Exception as exc:
+                text = unencodable_text(role, f"attributes[{key!r}]", value, exc)
+            clean[key] = text
     return clean

@@ -36,6 +36,7 @@ from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
 from agenttrace.instrument.episode_fields import LATE_FIELDS, error_parts
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, batch_size, extract_reset
+from agenttrace.instrument.field_values import number_value, step_flags, warn_nonfinite
 from agenttrace.instrument.scope import (
     _EpisodeState,
     _Frame,
@@ -102,7 +103,8 @@ class StepScope(_Scope):
         discount: Any = _UNSET,
         info: Any = _UNSET,
     ) -> None:
-        """Record what this span saw; only the given fields are set."""
+        """Record what this span saw; only the given fields are set. Each field is read on
+        its own: a bad value costs only its field (docs/tracing-api.md, "Bad values")."""
         span = self._span
         if span is None:
             return
@@ -111,38 +113,32 @@ class StepScope(_Scope):
                 ((sc.OBSERVATION, observation), (sc.ACTION, action), (sc.INFO, info))
             )
             episode = self._frame.episode if self._frame else None
+            index = self.index
             if reward is not _UNSET and reward is not None:
-                reward = float(reward)
-                if not math.isfinite(reward):
-                    _warn_once(
-                        f"nonfinite:{episode.episode_id if episode else ''}",
-                        "agenttrace: episode %s step %s has a non-finite reward (%r); it is "
-                        "recorded as is and makes the return %r too",
-                        episode.episode_id if episode else "?",
-                        self.index,
-                        reward,
-                        reward,
-                    )
-                attrs[sc.REWARD] = reward
-                index = self.index
-                if episode is not None and index is not None and self._priority:
-                    episode.record_reward(index, self._priority, reward)
-            if done is not _UNSET and terminated is _UNSET and truncated is _UNSET:
-                terminated, truncated = bool(done), False
-            for key, value in ((sc.TERMINATED, terminated), (sc.TRUNCATED, truncated)):
-                if value is not _UNSET and value is not None:
-                    attrs[key] = bool(value)
-            if sc.TERMINATED in attrs or sc.TRUNCATED in attrs:
-                term, trunc = attrs.get(sc.TERMINATED, False), attrs.get(sc.TRUNCATED, False)
-                attrs[sc.DONE] = term or trunc
-                index = self.index
-                if episode is not None and index is not None and self._priority:
-                    episode.record_flags(index, self._priority, term, trunc)
+                if type(reward) is not float:
+                    reward = number_value(reward, self.role, "reward")
+                if reward is not None:
+                    if not math.isfinite(reward):
+                        warn_nonfinite(episode, index, reward)
+                    attrs[sc.REWARD] = reward
+                    if episode is not None and index is not None and self._priority:
+                        episode.record_reward(index, self._priority, reward)
+            if terminated is not _UNSET or truncated is not _UNSET or done is not _UNSET:
+                flags = step_flags(self.role, terminated, truncated, done, _UNSET)
+                if flags is not None:
+                    attrs.update(flags)
+                    term, trunc = flags.get(sc.TERMINATED, False), flags.get(sc.TRUNCATED, False)
+                    attrs[sc.DONE] = term or trunc
+                    if episode is not None and index is not None and self._priority:
+                        episode.record_flags(index, self._priority, term, trunc)
             if discount is not _UNSET and discount is not None:
-                attrs[sc.DISCOUNT] = float(discount)
+                if type(discount) is not float:
+                    discount = number_value(discount, self.role, "discount")
+                if discount is not None:
+                    attrs[sc.DISCOUNT] = discount
             self._write(attrs)
         except Exception:
-            _internal_error(f"recording on a {self.role} span")
+            _internal_error(f"recording on the {self.role} span")
 
     def _record_content(self, key: str, value: Any) -> None:
         """``record()`` of one content field (observation, action), without its other work:
@@ -158,7 +154,7 @@ class StepScope(_Scope):
             else:
                 self._set_built(self._span, {key: text})
         except Exception:
-            _internal_error(f"recording on a {self.role} span")
+            _internal_error(f"recording on the {self.role} span")
 
     def record_result(self, result: Any) -> Any:
         """Record an environment step result of any built-in shape; returns it unchanged."""
@@ -494,7 +490,7 @@ class EpisodeScope(_Scope):
         if isinstance(value, (str, bool, int, float)):
             text: Any = value
         else:
-            text = content_text(self._resolve_runtime(), name, value)
+            text = content_text(self._resolve_runtime(), name, value, self.role)
             if text is None:  # (content is not captured)
                 return None
         if isinstance(text, str) and len(text) > ARGUMENT_ATTRIBUTE_MAX:

@@ -245,6 +245,9 @@ class TracedVectorEnv(VectorWrapper):  # type: ignore[misc, valid-type]
                 _internal_error("ending a vector env episode")
 
 
+_ROLE = sc.ENV_VECTOR_STEP  # (what warnings about its values name)
+
+
 class _VectorStep:
     """One ``env.vector_step`` span: the env step of every sub-environment playing an
     episode, as ``rl.vector.*`` lists in one span instead of one span each.
@@ -272,7 +275,7 @@ class _VectorStep:
             sc.VECTOR_ENV_INDICES: [sub.index for sub in playing],
             sc.VECTOR_STEP_INDICES: indices,
         }
-        texts = [content_text(runtime, sc.ACTION, actions[sub.index]) for sub in playing]
+        texts = [content_text(runtime, sc.ACTION, actions[sub.index], _ROLE) for sub in playing]
         if None not in texts:
             attributes[sc.VECTOR_ACTIONS] = texts
         links = [Link(episode.span.get_span_context()) for episode in episodes]  # type: ignore[union-attr]
@@ -303,8 +306,8 @@ class _VectorStep:
         state = self._states[sub.index]
         state.record_reward(index, _ENV_STEP_PRIORITY, reward)
         state.record_flags(index, _ENV_STEP_PRIORITY, terminated, truncated)
-        self._observations.append(content_text(self._runtime, sc.OBSERVATION, observation))
-        self._infos.append(content_text(self._runtime, sc.INFO, info))
+        self._observations.append(content_text(self._runtime, sc.OBSERVATION, observation, _ROLE))
+        self._infos.append(content_text(self._runtime, sc.INFO, info, _ROLE))
         outcome = self._rewards
         outcome[sc.VECTOR_REWARDS].append(reward)
         outcome[sc.VECTOR_TERMINATED].append(terminated)

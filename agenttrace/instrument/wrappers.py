@@ -55,6 +55,7 @@ from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._version import install_hint
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS
+from agenttrace.instrument.field_values import read_flag
 from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope, TimestepScope
 from agenttrace.processing.writer import AGENTTRACE_SCOPE
 from agenttrace.trajectory import Trajectory, build_trajectory, record_from_span
@@ -279,9 +280,9 @@ class _Recorder:
         found = self.extract(result)
         if found is None:
             return None
-        if found.terminated:
+        if read_flag(found.terminated):  # (a flag that is not a bool: as record() reads it)
             return sc.STATUS_COMPLETED
-        if found.truncated:
+        if read_flag(found.truncated):
             return sc.STATUS_TRUNCATED
         return None
 
