@@ -49,6 +49,7 @@ from agenttrace.processing.writer import DEFAULT_MAX_EPISODE_BYTES
 from agenttrace.sinks.minari_dataset import check_minari_arguments
 from agenttrace.sinks.single_file import output_kind
 from agenttrace.sinks.step_tables import check_target
+from agenttrace.storage.errors import ReadPosition, SpanDecodeError
 from agenttrace.storage.http import BackendError, parse_headers
 from agenttrace.storage.sources import SourceError, SourceOptions, open_source
 from agenttrace.trajectory.conventions import conventions_from_value
@@ -59,7 +60,7 @@ from agenttrace.trajectory.tokens import (
     PER_CHOICES,
 )
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 FORMATS = ("trajectory", "chat", "tokens", "steps", "minari")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -106,8 +107,11 @@ SOURCE (--from) is one of:
 
 Exit status: 0 done (also when the filters left no episode); 1 the source
 could not be read, holds no spans or no episode, or nothing could be rebuilt
-from it; 2 bad arguments; 130 interrupted. A failed export leaves no output
-file behind (docs/cli.md).
+from it; 2 bad arguments; 3 partial: written, but lines or values that could
+not be decoded (nested too deeply, an rl.* value of the wrong type or out of
+range, compressed data without its package) were left out, each named on
+stderr; 130 interrupted. A failed export leaves no output file behind
+(docs/cli.md).
 """
 
 
@@ -270,7 +274,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "openinference, traceloop, agentlightning) and mapping files, comma-separated "
         "(default: $AGENTTRACE_CONVENTIONS; docs/conventions.md)",
     )
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress, no summary")
+    parser.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress, no summary (what was skipped or left out is still said on stderr)",
+    )
     return parser
 
 
@@ -390,10 +399,13 @@ class EpisodeFilter:
 
 
 class _EpisodeServices:
-    """Remembers the service.name of each episode span passing by (episode-level filter)."""
+    """Remembers the service.name of each episode span passing by (episode-level filter),
+    and where it was read (file and line), to name it in the errors about its episode."""
 
-    def __init__(self) -> None:
+    def __init__(self, position: ReadPosition | None = None) -> None:
         self.services: dict[str, str | None] = {}
+        self.places: dict[str, tuple[str | None, int | None]] = {}
+        self._position = position
 
     def note(self, record: SpanRecord) -> None:
         """Called with each episode span."""
@@ -401,9 +413,19 @@ class _EpisodeServices:
         if episode_id is not None:
             service = record.resource.get(SERVICE_NAME)
             self.services[str(episode_id)] = None if service is None else str(service)
+            if self._position is not None:
+                self.places[str(episode_id)] = (self._position.source, self._position.line)
 
     def pop(self, episode_id: str) -> str | None:
+        self.places.pop(episode_id, None)
         return self.services.pop(episode_id, None)
+
+    def error(self, episode_id: str, field: str, reason: str) -> SpanDecodeError:
+        """What the assembler left out or cut of an episode, located at its episode span."""
+        source, line = self.places.get(episode_id, (None, None))
+        return SpanDecodeError(
+            f"episode span of {episode_id}: {field}: {reason}", source=source, line=line
+        )
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -456,6 +478,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             return EXIT_USAGE
 
     report = ExportReport()
+    position = ReadPosition()
     options = SourceOptions(
         service=args.service,
         start=args.since,
@@ -465,6 +488,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         timeout=args.timeout,
         query=args.query,
         on_error=report.bad,
+        position=position,
     )
     try:
         source = open_source(args.source, options)
@@ -505,12 +529,17 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             deduplicator=Deduplicator() if args.dedupe else None,
             splitter=splitter,
         )
+        services = _EpisodeServices(position)
         assembler = StreamingAssembler(
             grace=args.grace,
             max_episode_bytes=args.max_episode_bytes,
             conventions=conventions,
+            on_problem=lambda episode_id, field, reason: report.bad(
+                services.error(episode_id, field, reason)
+            ),
         )
         _rebuild(
+            services,
             source,
             restore,
             assembler,
@@ -522,7 +551,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         selection.finish()
         write_late_scores(assembler.late_scores, writers.values(), report)
         if sum(report.written.values()) == 0 and not report.filtered:
-            _print_bad_records(report, err)
+            print_problems(report, err, written=False)
             err.print(f"agenttrace export: error: {_why_nothing(report)}; no output written")
             return EXIT_FAILURE
         paths = [w.close() for w in writers.values()]
@@ -544,10 +573,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     report.seconds = time.perf_counter() - started
     if not args.quiet:
         _print_summary(report, path, args.format, out, err)
-    return EXIT_OK
+    print_problems(report, err)
+    return EXIT_PARTIAL if report.undecodable else EXIT_OK
 
 
 def _rebuild(
+    services: _EpisodeServices,
     source: Any,
     restore: Any,
     assembler: StreamingAssembler,
@@ -558,7 +589,6 @@ def _rebuild(
 ) -> None:
     """Read every span of ``source``, emit each rebuilt episode the filters keep."""
     report.counts = assembler.counts
-    services = _EpisodeServices()
     task = progress.add_task("reading", total=None)
     with progress, _fewer_collections():
 
@@ -615,7 +645,7 @@ def _remove_folders(folders: list[Path]) -> None:
 def _why_nothing(report: ExportReport) -> str:
     """Why an export rebuilt no episode at all (filters that left nothing are no failure)."""
     if report.spans == 0:
-        if report.bad_records:
+        if report.bad_records or report.undecodable:
             return f"nothing could be read from {report.source}: every record was unreadable"
         return f"no spans in {report.source}"
     if report.without_llm_calls:
@@ -739,11 +769,30 @@ def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err
     ):
         if value:
             out.print(f"  {value:,} {label}")
-    _print_bad_records(report, err)
 
 
-def _print_bad_records(report: ExportReport, err: Console) -> None:
+def print_problems(report: ExportReport, err: Console, *, written: bool = True) -> None:
+    """What was skipped (unreadable records) or left out (lines and values that could not
+    be decoded: the partial exit), the first few of each named by file and line."""
     print_skipped(err, report.bad_records, report.first_errors, "unreadable record")
+    count, first = report.undecodable, report.first_undecodable
+    if not count:
+        return
+    err.print(
+        Text.assemble(
+            (
+                f"{count:,} line{'s or values' if count != 1 else ' or value'} could not be "
+                f"decoded and {'were' if count != 1 else 'was'} left out",
+                "bold",
+            ),
+            " (each says what became of it; everything else is written; exit status 3)"
+            if written
+            else " (each says what became of it)",
+            f", first {len(first)} shown:" if count > len(first) else ":",
+        )
+    )
+    for error in first:
+        err.print(f"  {error}", markup=False, highlight=False)
 
 
 def print_skipped(err: Console, count: int, first: Sequence[object], what: str) -> None:
@@ -758,4 +807,4 @@ def print_skipped(err: Console, count: int, first: Sequence[object], what: str) 
         )
     )
     for error in first:
-        err.print(f"  {error}")
+        err.print(f"  {error}", markup=False, highlight=False)

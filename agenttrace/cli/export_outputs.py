@@ -15,7 +15,7 @@ from typing import Any
 
 from agenttrace.sinks.single_file import SingleFileWriter
 from agenttrace.sinks.step_tables import StepTablesFolder
-from agenttrace.storage.otlp_json import SpanFormatError
+from agenttrace.storage.errors import SpanDecodeError, SpanFormatError
 from agenttrace.trajectory.chat import chat_rows
 from agenttrace.trajectory.codec import encode
 from agenttrace.trajectory.model import Trajectory
@@ -35,6 +35,9 @@ class ExportReport:
     spans: int = 0
     bad_records: int = 0
     first_errors: list[str] = field(default_factory=list)
+    #: Lines and values that could not be decoded (SpanDecodeError): left out, exit 3.
+    undecodable: int = 0
+    first_undecodable: list[str] = field(default_factory=list)
     written: Counter = field(default_factory=Counter)  # status -> episodes written
     rows: int = 0
     lossy: int = 0
@@ -47,6 +50,11 @@ class ExportReport:
     seconds: float = 0.0
 
     def bad(self, error: SpanFormatError) -> None:
+        if isinstance(error, SpanDecodeError):
+            self.undecodable += 1
+            if len(self.first_undecodable) < SHOWN_ERRORS:
+                self.first_undecodable.append(str(error))
+            return
         self.bad_records += 1
         if len(self.first_errors) < SHOWN_ERRORS:
             self.first_errors.append(str(error))

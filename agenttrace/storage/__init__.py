@@ -7,6 +7,7 @@ Every reader gives the same neutral span records, which the one assembler
 
 from agenttrace.storage.blobs import BlobNotFoundError, BlobStore, open_blob_store
 from agenttrace.storage.content import restore_content
+from agenttrace.storage.errors import ReadPosition, SpanDecodeError
 from agenttrace.storage.http import BackendError
 from agenttrace.storage.jaeger import JaegerReader, decode_v1
 from agenttrace.storage.otlp_json import (
@@ -31,8 +32,10 @@ __all__ = [
     "JaegerReader",
     "OtlpJsonLinesWriter",
     "PhoenixReader",
+    "ReadPosition",
     "SourceError",
     "SourceOptions",
+    "SpanDecodeError",
     "SpanFormatError",
     "SpanFormatWarning",
     "SpanSource",

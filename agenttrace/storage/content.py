@@ -134,7 +134,7 @@ def _keys(marker: Any) -> list[str]:
         if marker.startswith("["):
             try:
                 decoded = json.loads(marker)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return [marker]
             if isinstance(decoded, list):
                 return [str(key) for key in decoded]

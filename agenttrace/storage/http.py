@@ -103,7 +103,7 @@ class JsonClient:
             raise BackendError(f"GET {url} failed: {reason}", url=url) from None
         try:
             return json.loads(body)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # (nested past the stack: not JSON here)
             raise BackendError(
                 f"GET {url} did not answer JSON ({error}): {_excerpt(body)}", url=url
             ) from None

@@ -202,7 +202,7 @@ def _tag_value(key: str, kind: Any, value: Any) -> Any:
     if key in _ARRAY_ATTRIBUTES and isinstance(value, str) and value.startswith("["):
         try:
             items = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
         if isinstance(items, list) and all(isinstance(i, (str, bool, int, float)) for i in items):
             return tuple(items)

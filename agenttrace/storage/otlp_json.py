@@ -23,7 +23,6 @@ import math
 import os
 import re
 import threading
-import warnings
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from gc import get_referents
@@ -33,7 +32,19 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
+from agenttrace.storage.errors import (  # (defined there, for the value checks; named here)
+    TOO_DEEP,
+    ErrorHandler,
+    ReadPosition,
+    SpanDecodeError,
+    SpanFormatError,
+    SpanFormatWarning,
+    error_kind,
+    warn,
+)
+from agenttrace.storage.span_checks import check_values
+from agenttrace.trajectory.codec import MAX_DEPTH
+from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord, described, left_out
 
 try:  # optional (otel-agenttrace[fast]): reads lines about three times as fast as json
     import msgspec as _msgspec
@@ -50,7 +61,9 @@ except ImportError:  # pragma: no cover - opentelemetry-api is always installed 
     _Bounded = None
 
 __all__ = [
+    "ErrorHandler",
     "OtlpJsonLinesWriter",
+    "SpanDecodeError",
     "SpanFormatError",
     "SpanFormatWarning",
     "decode_document",
@@ -62,52 +75,6 @@ __all__ = [
 
 PathLike = str | os.PathLike[str]
 Source = PathLike | Sequence[PathLike]
-
-
-class SpanFormatError(ValueError):
-    """A line, span or file that is not readable OTLP/JSON; says where, so it can be fixed.
-
-    ``source`` (file name), ``line`` (1-based) and ``span`` (0-based index of the span in its
-    line) are set when known; ``reason`` is the message without the location.
-    """
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        source: str | None = None,
-        line: int | None = None,
-        span: int | None = None,
-    ) -> None:
-        self.reason = reason
-        self.source = source
-        self.line = line
-        self.span = span
-        where = ""
-        if source is not None:
-            where = source + (":%d" % line if line is not None else "") + ": "
-        elif line is not None:
-            where = "line %d: " % line
-        if span is not None:
-            where += "span %d: " % span
-        super().__init__(where + reason)
-
-    def located(self, source: str | None, line: int | None) -> SpanFormatError:
-        """The same error with the file and line it came from filled in."""
-        return SpanFormatError(self.reason, source=source, line=line, span=self.span)
-
-
-class SpanFormatWarning(UserWarning):
-    """Category of the warnings the readers give by default for unreadable lines or spans."""
-
-
-#: What the readers call with each problem they skip (default: :func:`warn`).
-ErrorHandler = Callable[[SpanFormatError], None]
-
-
-def warn(error: SpanFormatError) -> None:
-    """The readers' default error handler: each problem as a :class:`SpanFormatWarning`."""
-    warnings.warn(str(error), SpanFormatWarning, stacklevel=3)
 
 
 _warn = warn
@@ -512,6 +479,8 @@ _B64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
 _OTHER_SIGNALS = ("resourceLogs", "resourceMetrics", "resourceProfiles", "resource_logs",
                   "resource_metrics")  # fmt: skip
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_FLOAT_MAX = 1.7976931348623157e308  # an integer beyond it has no float
+_I64_MIN, _U64_MAX = -(2**63), 2**64 - 1  # times: OTLP's fixed64 (ints from JSON may be signed)
 
 
 def _id(value: Any, size: int, what: str) -> int:
@@ -549,18 +518,29 @@ def _json_type(value: Any) -> str:
 
 
 def _nanos(value: Any, what: str) -> int:
+    nanos = None
     if type(value) is str:
         if value.isascii() and value.isdigit():
-            return int(value)
+            nanos = int(value)
     elif type(value) is int:
-        return value
+        nanos = value
     elif type(value) is float and value.is_integer():
-        return int(value)
-    raise SpanFormatError("%s must be a decimal string of nanoseconds, got %r" % (what, value))
+        nanos = int(value)
+    if nanos is None:
+        raise SpanFormatError("%s must be a decimal string of nanoseconds, got %r" % (what, value))
+    if not _I64_MIN <= nanos <= _U64_MAX:
+        raise SpanFormatError("%s is %s, beyond 64 bits" % (what, described(nanos)))
+    return nanos
 
 
-def _decode_value(value: Any) -> Any:
-    """AnyValue JSON -> the Python value the SDK would hold (tuples for arrays)."""
+def _decode_value(value: Any, depth: int = 0) -> Any:
+    """AnyValue JSON -> the Python value the SDK would hold (tuples for arrays). Arrays and
+    key-value lists nested deeper than MAX_DEPTH, and a double that is an integer beyond a
+    float's range, raise SpanDecodeError (the caller leaves the attribute out)."""
+    if depth > MAX_DEPTH:
+        raise SpanDecodeError(
+            "a value nested deeper than %d levels of arrays or key-value lists" % MAX_DEPTH
+        )
     if type(value) is not dict:
         if value is None:
             return None
@@ -578,8 +558,12 @@ def _decode_value(value: Any) -> Any:
             elif type(x) is int or (type(x) is float and x.is_integer()):
                 return int(x)
         elif field == "doubleValue":
-            if type(x) is float or type(x) is int:
-                return float(x)
+            if type(x) is float:
+                return x
+            if type(x) is int:
+                if -_FLOAT_MAX <= x <= _FLOAT_MAX:
+                    return float(x)
+                raise SpanDecodeError("a doubleValue that is %s, too large" % described(x))
             if type(x) is str:
                 special = _FLOAT_WORDS.get(x)
                 if special is not None:
@@ -595,12 +579,12 @@ def _decode_value(value: Any) -> Any:
             if type(x) is dict:
                 items = x.get("values") or []
                 if type(items) is list:
-                    return tuple([_decode_value(v) for v in items])
+                    return tuple([_decode_value(v, depth + 1) for v in items])
         elif field == "kvlistValue":
             if type(x) is dict:
                 items = x.get("values") or []
                 if type(items) is list:
-                    return _decode_attributes(items, "kvlist")
+                    return _decode_attributes(items, "kvlist", depth=depth + 1)
         elif field == "bytesValue":
             if type(x) is str:
                 try:
@@ -616,8 +600,12 @@ def _decode_value(value: Any) -> Any:
     return None  # an empty AnyValue: OTLP's "no value"
 
 
-def _decode_attributes(items: Any, where: str) -> dict[str, Any]:
-    """KeyValue array -> dict; ``where`` (span, event, link, resource) names it in errors."""
+def _decode_attributes(
+    items: Any, where: str, dropped: list[tuple[str, str]] | None = None, depth: int = 0
+) -> dict[str, Any]:
+    """KeyValue array -> dict; ``where`` (span, event, link, resource) names it in errors.
+    With ``dropped``, a value that cannot be decoded (SpanDecodeError) is left out and listed
+    there as (key, reason); any other problem raises."""
     if not items:
         return {}
     if type(items) is not list:
@@ -641,11 +629,12 @@ def _decode_attributes(items: Any, where: str) -> dict[str, Any]:
                 except ValueError:
                     pass
         try:
-            out[key] = _decode_value(value)
+            out[key] = _decode_value(value, depth)
         except SpanFormatError as error:
-            raise SpanFormatError(
-                "%s attribute %s: %s" % (where, _quote(key), error.reason)
-            ) from None
+            if dropped is not None and type(error) is SpanDecodeError:
+                dropped.append((key, error.reason))
+                continue
+            raise type(error)("%s attribute %s: %s" % (where, _quote(key), error.reason)) from None
     return out
 
 
@@ -669,8 +658,14 @@ def _event_name(event: dict) -> str:
 
 
 def _decode_span(
-    span: Any, resource: dict[str, Any], scope_name: str, scope_version: str | None
+    span: Any,
+    resource: dict[str, Any],
+    scope_name: str,
+    scope_version: str | None,
+    dropped: list[tuple[str, str]] | None = None,
 ) -> SpanRecord:
+    """One span; an attribute value that cannot be decoded is left out, listed in
+    ``dropped`` and in the record's ``lossy``."""
     if type(span) is not dict:
         raise SpanFormatError("span must be an object, got %s" % _json_type(span))
     get = span.get
@@ -719,7 +714,7 @@ def _decode_span(
             _nanos(event["timeUnixNano"], "event timeUnixNano")
             if event.get("timeUnixNano") is not None
             else 0,
-            _decode_attributes(event.get("attributes"), "event"),
+            _decode_attributes(event.get("attributes"), "event", dropped),
         )
         for event in _objects(get("events"), "event")
     )
@@ -727,7 +722,7 @@ def _decode_span(
         SpanLink(
             _id(link.get("traceId"), 16, "link traceId"),
             _id(link.get("spanId"), 8, "link spanId"),
-            _decode_attributes(link.get("attributes"), "link"),
+            _decode_attributes(link.get("attributes"), "link", dropped),
         )
         for link in _objects(get("links"), "link")
     )
@@ -735,6 +730,7 @@ def _decode_span(
     flags = get("flags", 0)
     if type(flags) is not int:
         flags = 0
+    attributes = _decode_attributes(get("attributes"), "span", dropped)
     return SpanRecord(
         trace_id,
         span_id,
@@ -742,7 +738,7 @@ def _decode_span(
         name,
         start,
         end or None,  # OTLP leaves 0/absent for a span that has not ended
-        _decode_attributes(get("attributes"), "span"),
+        attributes,
         events,
         status_code,
         status_message,
@@ -755,6 +751,7 @@ def _decode_span(
         # Exported spans are sampled; writers such as the Python SDK leave the trace-flag byte
         # at 0, so only a byte that is set but lacks the sampled bit says "not sampled".
         not (flags & 0xFF) or bool(flags & 0x01),
+        {key: left_out(key, reason) for key, reason in dropped} if dropped else _NO_LOSS,
     )
 
 
@@ -799,7 +796,7 @@ def _decode_document(
         except Exception as error:  # RecursionError from absurd nesting included
             skipped = _count_spans(block)
             on_span_error(
-                SpanFormatError(
+                error_kind(error)(
                     "resourceSpans[%d]: %s; its %d span(s) skipped" % (r, _reason(error), skipped)
                 )
             )
@@ -823,7 +820,7 @@ def _decode_document(
             except Exception as error:
                 skipped = _count_spans({"scopeSpans": [scope_block]})
                 on_span_error(
-                    SpanFormatError(
+                    error_kind(error)(
                         "resourceSpans[%d].scopeSpans[%d]: %s; its %d span(s) skipped"
                         % (r, s, _reason(error), skipped)
                     )
@@ -831,14 +828,24 @@ def _decode_document(
                 index += skipped
                 continue
             for span in spans:
+                dropped: list[tuple[str, str]] = []
                 try:
-                    records.append(_decode_span(span, resource, scope_name, scope_version))
+                    records.append(_decode_span(span, resource, scope_name, scope_version, dropped))
                 except Exception as error:  # anything unforeseen in one span spoils only it
                     reason = _reason(error)
                     name = span.get("name") if type(span) is dict else None
                     if type(name) is str:
                         reason = "%s (span %s)" % (reason, _quote(name))
-                    on_span_error(SpanFormatError(reason, span=index))
+                    on_span_error(error_kind(error)(reason, span=index))
+                    dropped = []
+                for key, reason in dropped:  # values left out of a span that was kept
+                    record = records[-1]
+                    on_span_error(
+                        SpanDecodeError(
+                            "span %s (id %016x): %s"
+                            % (_quote(record.name), record.span_id, left_out(key, reason))
+                        )
+                    )
                 index += 1
     return records
 
@@ -885,10 +892,12 @@ def _fast_hex(value: Any, size: int) -> int:
 
 def _fast_nanos(value: Any) -> int:
     if type(value) is str and value.isdigit() and value.isascii():
-        return int(value)
-    if value is None:
+        nanos = int(value)
+        if nanos <= _U64_MAX:
+            return nanos
+    elif value is None:
         return 0
-    if type(value) is int:
+    elif type(value) is int and _I64_MIN <= value <= _U64_MAX:
         return value
     raise _Unusual  # floats among them: an integer beyond 64 bits, if orjson read it
 
@@ -1089,6 +1098,8 @@ def _fast_records(document: Any) -> list[SpanRecord]:
                     end = int(end)
                 else:
                     end = _fast_nanos(end)
+                if start > _U64_MAX or end > _U64_MAX:
+                    raise _Unusual
 
                 kind = get("kind", 0)
                 if type(kind) is not int and type(kind) is not str:
@@ -1375,6 +1386,8 @@ def _typed_records(request: Any) -> list[SpanRecord]:
                     end = int(end)
                 else:
                     end = 0 if end is unset else _fast_nanos(end)
+                if start > _U64_MAX or end > _U64_MAX:
+                    raise _Unusual
 
                 kind = span.kind
                 if type(kind) is not int and type(kind) is not str:
@@ -1443,16 +1456,21 @@ def decode_document(
     numbers or names). Problems go to ``on_error`` (default: warnings), the rest is kept."""
     report = on_error or warn
     records = _fast_document(document)
-    if records is not None:
-        return records
-    try:
-        return _decode_document(document, report)
-    except SpanFormatError as error:
-        report(error)
-        return []
+    if records is None:
+        try:
+            records = _decode_document(document, report)
+        except SpanFormatError as error:
+            report(error)
+            return []
+        except RecursionError:
+            report(SpanDecodeError(TOO_DEEP))
+            return []
+    return check_values(records, report)
 
 
 def _reason(error: Exception) -> str:
+    if isinstance(error, RecursionError):
+        return "nested too deeply to read (over Python's recursion limit)"
     if isinstance(error, SpanFormatError):
         return error.reason
     return "%s: %s" % (type(error).__name__, error)
@@ -1490,16 +1508,19 @@ def decode_line(line: str | bytes) -> list[SpanRecord]:
     Lines holding only logs or metrics give ``[]``.
     """
     records = _typed_document(line)
-    if records is not None:
-        return records
-    try:
-        document, exact = _parse(line)
-    except ValueError as error:
-        raise SpanFormatError("invalid JSON: %s" % error) from None
-    records = _fast_document(document)
-    if records is not None:
-        return records
-    return _decode_document(document if exact else json.loads(line), _raise)
+    if records is None:
+        try:
+            document, exact = _parse(line)
+            records = _fast_document(document)
+            if records is None:
+                records = _decode_document(document if exact else json.loads(line), _raise)
+        except SpanFormatError:
+            raise
+        except ValueError as error:
+            raise SpanFormatError("invalid JSON: %s" % error) from None
+        except RecursionError:
+            raise SpanDecodeError(TOO_DEEP) from None
+    return check_values(records, _raise)
 
 
 def _parse(line: str | bytes) -> tuple[Any, bool]:
@@ -1525,32 +1546,45 @@ def iter_records(
     *,
     source: str = "<lines>",
     on_error: Callable[[SpanFormatError], None] | None = None,
+    position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
     """Records of OTLP/JSON lines, skipping what cannot be read instead of stopping.
 
     ``on_error`` gets one :class:`SpanFormatError` per unreadable line and per unreadable
     span (naming ``source``, the line number and the span index); by default each becomes a
     :class:`SpanFormatWarning`. A last line without its newline that is not valid JSON is
-    reported as torn (its writer stopped mid-write). Blank lines are skipped.
+    reported as torn (its writer stopped mid-write). Blank lines are skipped. ``position``,
+    when given, names the line of the records handed out last.
     """
     # Lines are decoded one at a time into lists that chain hands out at C speed: a generator
     # per record would cost more than a tenth of the reading.
-    return chain.from_iterable(_line_lists(lines, source, on_error or _warn))
+    return chain.from_iterable(_line_lists(lines, source, on_error or _warn, position))
 
 
 def _line_lists(
-    lines: Iterable[str | bytes], source: str, report: Callable[[SpanFormatError], None]
+    lines: Iterable[str | bytes],
+    source: str,
+    report: Callable[[SpanFormatError], None],
+    position: ReadPosition | None = None,
 ) -> Iterator[list[SpanRecord]]:
     """The records of each line (see :func:`iter_records`), a list per line."""
     number = 0
     pending: Any = _NO_LINE
+    if position is not None:
+        position.source = source
     for line in lines:
         if pending is not _NO_LINE:
-            yield _line_records(pending, number, source, report, last=False)
+            records = _line_records(pending, number, source, report, last=False)
+            if position is not None:
+                position.line = number
+            yield records
         pending = line
         number += 1
     if pending is not _NO_LINE:
-        yield _line_records(pending, number, source, report, last=True)
+        records = _line_records(pending, number, source, report, last=True)
+        if position is not None:
+            position.line = number
+        yield records
 
 
 def _line_records(
@@ -1564,34 +1598,38 @@ def _line_records(
     if not line.strip():
         return []
     records = _typed_document(line)
-    if records is not None:
-        return records
-    try:
-        document, exact = _parse(line)
-    except ValueError as error:
-        newline = b"\n" if isinstance(line, bytes) else "\n"
-        if last and not line.endswith(newline):  # type: ignore[arg-type]
-            reason = "torn last line (no newline at the end and not valid JSON; the writer "
-            reason += "probably stopped mid-write), skipped"
-        else:
-            reason = "invalid JSON, line skipped: %s" % error
-        report(SpanFormatError(reason, source=source, line=number))
-        return []
+    if records is None:
+        try:
+            document, exact = _parse(line)
+        except ValueError as error:
+            newline = b"\n" if isinstance(line, bytes) else "\n"
+            if last and not line.endswith(newline):  # type: ignore[arg-type]
+                reason = "torn last line (no newline at the end and not valid JSON; the "
+                reason += "writer probably stopped mid-write), skipped"
+            else:
+                reason = "invalid JSON, line skipped: %s" % error
+            report(SpanFormatError(reason, source=source, line=number))
+            return []
+        except RecursionError:
+            report(SpanDecodeError(TOO_DEEP, source=source, line=number))
+            return []
+        records = _fast_document(document)
+        if records is None:
 
-    records = _fast_document(document)
-    if records is not None:
-        return records
+            def span_error(error: SpanFormatError) -> None:
+                report(error.located(source, number))
 
-    def span_error(error: SpanFormatError) -> None:
-        report(error.located(source, number))
-
-    if not exact:  # the checked path reads what json reads, to report what it always did
-        document = json.loads(line)
-    try:
-        return _decode_document(document, span_error)
-    except SpanFormatError as error:
-        span_error(error)
-        return []
+            try:
+                if not exact:  # the checked path reads what json reads, to report the same
+                    document = json.loads(line)
+                records = _decode_document(document, span_error)
+            except SpanFormatError as error:
+                span_error(error)
+                return []
+            except RecursionError:
+                span_error(SpanDecodeError(TOO_DEEP))
+                return []
+    return check_values(records, report, source, number)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1678,7 +1716,10 @@ def _resolve(source: Source) -> list[Path]:
 
 
 def read_otlp_json(
-    source: Source, *, on_error: Callable[[SpanFormatError], None] | None = None
+    source: Source,
+    *,
+    on_error: Callable[[SpanFormatError], None] | None = None,
+    position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
     """Stream the span records of OTLP/JSON files, as written by us or the Collector.
 
@@ -1687,21 +1728,29 @@ def read_otlp_json(
     constant memory; gzip is recognised by suffix or content. Unreadable lines and spans go to
     ``on_error`` as in :func:`iter_records`. A file that is a single pretty-printed document
     (first line ``{``) is read whole. Raises FileNotFoundError at once if nothing matches.
+    ``position`` as in :func:`iter_records`.
     """
     paths = _resolve(source)  # eagerly, so a wrong path fails here and not at first next()
-    return chain.from_iterable(_read_paths(paths, on_error or _warn))  # see iter_records
+    report = on_error or _warn
+    return chain.from_iterable(_read_paths(paths, report, position))  # see iter_records
 
 
 def _read_paths(
-    paths: list[Path], report: Callable[[SpanFormatError], None]
+    paths: list[Path],
+    report: Callable[[SpanFormatError], None],
+    position: ReadPosition | None = None,
 ) -> Iterator[list[SpanRecord]]:
     for path in paths:
-        yield from _read_file(path, report)
+        yield from _read_file(path, report, position)
 
 
-def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterator[list[SpanRecord]]:
+def _read_file(
+    path: Path, report: Callable[[SpanFormatError], None], position: ReadPosition | None = None
+) -> Iterator[list[SpanRecord]]:
     """The records of one file, a list per line."""
     name = str(path)
+    if position is not None:
+        position.source, position.line = name, None
     with open(path, "rb", buffering=_READ_BUFFER) as raw:
         stream: io.BufferedIOBase = raw
         compressed = path.suffix.lower() == ".gz" or raw.peek(2)[:2] == _GZIP_MAGIC
@@ -1728,10 +1777,13 @@ def _read_file(path: Path, report: Callable[[SpanFormatError], None]) -> Iterato
         second = next(lines, None)
         if _starts_a_document(first, second):  # one pretty-printed document (an API answer)
             text = first + (second or b"") + b"".join(lines)
-            yield _line_records(text, 1, name, report, last=False)
+            records = _line_records(text, 1, name, report, last=False)
+            if position is not None:
+                position.line = 1
+            yield records
             return
         head = (first,) if second is None else (first, second)
-        yield from _line_lists(_chain(head, lines), name, report)
+        yield from _line_lists(_chain(head, lines), name, report, position)
 
 
 def _starts_a_document(first: bytes, second: bytes | None) -> bool:

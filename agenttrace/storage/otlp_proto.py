@@ -37,11 +37,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agenttrace._version import install_hint
+from agenttrace.storage.errors import error_kind
 from agenttrace.storage.otlp_json import (
     _KIND_NAME,
     _STATUS_NAME,
     ErrorHandler,
+    ReadPosition,
     Source,
+    SpanDecodeError,
     SpanFormatError,
     _quote,
     _reason,
@@ -51,6 +54,7 @@ from agenttrace.storage.otlp_json import (
     resolve_span_paths,
     warn,
 )
+from agenttrace.storage.span_checks import check_values
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
 
 __all__ = [
@@ -140,6 +144,14 @@ def _zstandard() -> Any:
 class _FrameError(Exception):
     """A whole payload that cannot be read (reported once, the frame skipped)."""
 
+    kind: type[SpanFormatError] = SpanFormatError
+
+
+class _FrameTooDeep(_FrameError):
+    """A JSON payload nested past Python's recursion limit (a decode failure, not bad data)."""
+
+    kind = SpanDecodeError
+
 
 def _decompress(data: bytes | memoryview, limit: int) -> bytes:
     zstandard = _zstandard()
@@ -179,7 +191,7 @@ def _payload_records(
         except ValueError as error:
             raise _FrameError("invalid JSON payload: %s" % error) from None
         except RecursionError:
-            raise _FrameError("invalid JSON payload: nested too deeply") from None
+            raise _FrameTooDeep("invalid JSON payload: nested too deeply") from None
         return decode_document(document, report)
     request = _request_type()()
     try:
@@ -195,7 +207,7 @@ def _payload_records(
         return []  # logs or metrics sharing the exporter: not ours to read, as in otlp_json
     for error in errors:
         report(error)
-    return records
+    return check_values(records, report)
 
 
 def _other_signal(data: bytes) -> str | None:
@@ -330,7 +342,9 @@ def _request_records(request: Any, report: Callable[[SpanFormatError], None]) ->
         except Exception as error:  # RecursionError from absurd nesting, say
             skipped = sum(len(scope.spans) for scope in block.scope_spans)
             report(
-                SpanFormatError("resource: %s; its %d span(s) skipped" % (_reason(error), skipped))
+                error_kind(error)(
+                    "resource: %s; its %d span(s) skipped" % (_reason(error), skipped)
+                )
             )
             index += skipped
             continue
@@ -343,7 +357,7 @@ def _request_records(request: Any, report: Callable[[SpanFormatError], None]) ->
                     reason = _reason(error)
                     if span.name:
                         reason = "%s (span %s)" % (reason, _quote(span.name))
-                    report(SpanFormatError(reason, span=index))
+                    report(error_kind(error)(reason, span=index))
                 index += 1
     return records
 
@@ -362,7 +376,7 @@ def decode_proto(
     try:
         return _payload_records(payload, report, max_bytes)
     except _FrameError as error:
-        report(SpanFormatError(str(error)))
+        report(error.kind(str(error)))
         return []
 
 
@@ -391,6 +405,7 @@ def _frames(
     name: str,
     report: Callable[[SpanFormatError], None],
     limit: int,
+    position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
     frames = 0
     offset = 0
@@ -424,14 +439,18 @@ def _frames(
 
         try:
             records = _payload_records(payload, span_error, limit)
-        except _FrameError as error:
-            report(
-                SpanFormatError(
-                    "frame %d at byte %d skipped: %s" % (frames, offset, error), source=name
-                )
-            )
+        except (_FrameError, ImportError) as error:  # ImportError: zstd without its package
+            if isinstance(error, ImportError) and report is warn:
+                raise  # (no handler given: the documented ImportError)
+            text = "frame %d at byte %d skipped: %s" % (frames, offset, error)
+            if isinstance(error, _FrameError):
+                report(error.kind(text, source=name))
+            else:  # (the frame number as the line, as for a span's error)
+                report(SpanDecodeError(text, source=name, line=frames))
             records = []
         offset += 4 + length
+        if position is not None:
+            position.source, position.line = name, frames
         yield from records
 
 
@@ -447,15 +466,24 @@ def _truncated(
 
 
 def _read_file(
-    path: Path, report: Callable[[SpanFormatError], None], limit: int
+    path: Path,
+    report: Callable[[SpanFormatError], None],
+    limit: int,
+    position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
     name = str(path)
     with open(path, "rb") as raw:
         if raw.peek(4)[:4] != ZSTD_MAGIC:
-            yield from _frames(raw, name, report, limit)
+            yield from _frames(raw, name, report, limit, position)
             return
         # Native compression: the whole file is a zstd stream of frames or JSON lines.
-        zstandard = _zstandard()
+        try:
+            zstandard = _zstandard()
+        except ImportError as error:  # this file only: the others are still read
+            if report is warn:
+                raise  # (no handler given: the documented ImportError)
+            report(SpanDecodeError("%s; file skipped" % error, source=name))
+            return
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
         stream = io.BufferedReader(_Decompressed(reader), _CHUNK)
         try:
@@ -465,9 +493,10 @@ def _read_file(
                     _safe_lines(stream, name, report, (Exception,)),  # zstandard.ZstdError
                     source=name,
                     on_error=report,
+                    position=position,
                 )
             else:
-                yield from _frames(stream, name, report, limit)  # type: ignore[arg-type]
+                yield from _frames(stream, name, report, limit, position)  # type: ignore[arg-type]
         except zstandard.ZstdError as error:
             report(SpanFormatError("zstd stream breaks off: %s" % error, source=name))
 
@@ -537,6 +566,7 @@ def read_otlp_proto(
     *,
     on_error: ErrorHandler | None = None,
     max_frame_bytes: int = MAX_FRAME_BYTES,
+    position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
     """Stream the span records of the Collector ``file`` exporter's length-prefixed files.
 
@@ -549,14 +579,20 @@ def read_otlp_proto(
     frames before are kept) each go to ``on_error`` as one
     :class:`~agenttrace.storage.otlp_json.SpanFormatError` naming the file; span errors carry
     the frame number as ``line``. Raises FileNotFoundError at once if nothing matches, and
-    ImportError at the first zstd data if the zstandard package is missing.
+    ImportError at the first zstd data if the zstandard package is missing, unless
+    ``on_error`` is given: then that frame (or that whole zstd file) is skipped and reported
+    to it as a :class:`~agenttrace.storage.errors.SpanDecodeError`, the rest still read.
+    ``position`` (a ReadPosition) is kept at the file and frame of the records handed out last.
     """
     paths = _resolve(source)  # eagerly, so a wrong path fails here and not at first next()
-    return _read_paths(paths, on_error or warn, max_frame_bytes)
+    return _read_paths(paths, on_error or warn, max_frame_bytes, position)
 
 
 def _read_paths(
-    paths: list[Path], report: Callable[[SpanFormatError], None], limit: int
+    paths: list[Path],
+    report: Callable[[SpanFormatError], None],
+    limit: int,
+    position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
     for path in paths:
-        yield from _read_file(path, report, limit)
+        yield from _read_file(path, report, limit, position)

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agenttrace.storage.errors import ReadPosition
 from agenttrace.storage.otlp_json import (
     ErrorHandler,
     read_otlp_json,
@@ -32,6 +33,7 @@ from agenttrace.storage.otlp_json import (
     warn,
 )
 from agenttrace.storage.otlp_json import _file_order as file_order
+from agenttrace.storage.span_checks import check_values
 from agenttrace.trajectory.records import SpanRecord
 
 BACKEND_SCHEMES = ("jaeger", "tempo", "phoenix")
@@ -55,6 +57,8 @@ class SourceOptions:
     limit: int = 1000  # traces per backend search
     query: str | None = None  # Tempo: TraceQL instead of the default episode query
     on_error: ErrorHandler = warn
+    #: Kept at the file and line (frame) of the records handed out last (backends: the source).
+    position: ReadPosition | None = None
 
 
 @dataclass
@@ -106,15 +110,16 @@ def _files(text: str, options: SourceOptions) -> SpanSource:
 
     paths = span_files(text)
     report = options.on_error
+    position = options.position
 
     def records() -> Iterator[SpanRecord]:
         for path in paths:
             with open(path, "rb") as stream:
                 head = stream.read(16)
             if otlp_proto.is_length_prefixed(head):
-                yield from otlp_proto.read_otlp_proto(path, on_error=report)
+                yield from otlp_proto.read_otlp_proto(path, on_error=report, position=position)
             else:
-                yield from read_otlp_json(path, on_error=report)
+                yield from read_otlp_json(path, on_error=report, position=position)
 
     count = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
     return SpanSource(f"{text} ({count})", records, files=list(paths))
@@ -151,7 +156,7 @@ def _backend(scheme: str, url: str, options: SourceOptions) -> SpanSource:
             end=options.end,
             **common,
         )
-        return SpanSource(f"Phoenix project {project!r} at {base}", reader.records)
+        return _checked(f"Phoenix project {project!r} at {base}", reader.records, options)
     base = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
     if scheme == "jaeger":
         from agenttrace.storage.jaeger import JaegerReader
@@ -170,7 +175,8 @@ def _backend(scheme: str, url: str, options: SourceOptions) -> SpanSource:
             limit=options.limit,
             **common,
         )
-        return SpanSource(f"Jaeger ({api}) at {base}, service {options.service!r}", reader.records)
+        description = f"Jaeger ({api}) at {base}, service {options.service!r}"
+        return _checked(description, reader.records, options)
     from agenttrace.storage.tempo import TempoReader
 
     reader = TempoReader(
@@ -182,7 +188,23 @@ def _backend(scheme: str, url: str, options: SourceOptions) -> SpanSource:
         limit=options.limit,
         **common,
     )
-    return SpanSource(f"Tempo at {base}, query {reader.query}", reader.records)
+    return _checked(f"Tempo at {base}, query {reader.query}", reader.records, options)
+
+
+def _checked(
+    description: str, read: Callable[[], Iterator[SpanRecord]], options: SourceOptions
+) -> SpanSource:
+    """A backend's source, its records' rl.* values checked (storage.span_checks) and each
+    problem reported as the backend's."""
+    report, position = options.on_error, options.position
+
+    def records() -> Iterator[SpanRecord]:
+        if position is not None:
+            position.source, position.line = description, None
+        for record in read():
+            yield check_values([record], report, description)[0]
+
+    return SpanSource(description, records)
 
 
 def is_backend(text: str) -> bool:

@@ -37,17 +37,26 @@ from agenttrace.trajectory.call_placement import (
     complete_turns,
     step_index_of,
 )
-from agenttrace.trajectory.codec import RawJSON, as_raw_json, is_json
+from agenttrace.trajectory.codec import (
+    MAX_DEPTH,
+    RawJSON,
+    as_raw_json,
+    checked_json,
+    deep_texts,
+    is_deep_json,
+    is_json,
+)
 from agenttrace.trajectory.lossy import lossy_fields
-from agenttrace.trajectory.model import Step, Trajectory, decoded_content
+from agenttrace.trajectory.model import Step, Trajectory, decoded_content, raw_content
 from agenttrace.trajectory.outcome import (
+    StepIndices,
     derived_status,
     episode_error,
     is_failure,
     span_error,
     step_error,
 )
-from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.records import INDEX_LIMIT, SpanRecord, left_out, value_problem
 from agenttrace.trajectory.scores import Score, apply_scores, score_from_record
 from agenttrace.trajectory.spill import SpilledSteps
 
@@ -68,6 +77,13 @@ _LIFTED = frozenset(
     }
 )
 _MISSING = object()
+_DEEP_LENGTH = 2 * MAX_DEPTH  # content text this short cannot nest deeper than MAX_DEPTH
+# The lossy paths of the episode span's lifted attributes: their trajectory fields.
+_LIFTED_PATHS = {
+    "attributes." + sc.EPISODE_RETURN: "return",
+    "attributes." + sc.EPISODE_LENGTH: "length",
+    "attributes." + sc.EPISODE_STATUS: "status",
+}
 
 
 def episode_id_of(record: SpanRecord) -> str | None:
@@ -114,8 +130,10 @@ class EpisodeAssembly:
         trusted_scope: str | None = None,
         max_bytes: int | None = None,
         on_let_go: Callable[[list[SpanRecord]], None] | None = None,
+        on_problem: Callable[[str, str], None] | None = None,
     ) -> None:
         self.episode_id = episode_id
+        self._on_problem = on_problem  # told (field, reason) of each value left out or cut
         self._on_let_go = on_let_go  # told which records a finished stretch let go
         self._trusted = trusted_scope
         self._max_bytes = max_bytes
@@ -131,7 +149,7 @@ class EpisodeAssembly:
         self.scores: list[SpanRecord] = []  # score spans: applied to the trajectory at the end
         self._start: int | None = None
         self._end: int | None = None
-        self._seen = _IndexSet()
+        self._seen = StepIndices()
         self._settled_upto = -1  # steps up to this index are finished (in _spilled)
         self._spilled: SpilledSteps | None = None
         self._returned: Any = _MISSING  # what the last finished step returned (reset's: missing)
@@ -139,6 +157,7 @@ class EpisodeAssembly:
         self._settled_return = 0.0
         self._last_settled: Step | None = None
         self._lossy: dict[str, str] = {}
+        self._problems: dict[str, str] = {}  # field -> why its rl.* value was left out or cut
         # The first env.reset, env.step, agent.act or model-call span that failed: an episode
         # span that says no status of its own (another tracer's) errored with it.
         self._first_failure: SpanRecord | None = None
@@ -160,7 +179,8 @@ class EpisodeAssembly:
         if not self.ended:
             return False
         length = self._episode_span.attributes.get(sc.EPISODE_LENGTH)  # type: ignore[union-attr]
-        return type(length) is not int or self._seen.covers(length)
+        seen = self._seen
+        return type(length) is not int or seen.covers(length) or not seen.credible(length)
 
     def has_span(self, span_id: int) -> bool:
         """Whether an ``episode`` span with this id was added."""
@@ -169,6 +189,7 @@ class EpisodeAssembly:
     def add(self, records: Iterable[SpanRecord]) -> None:
         step_roles = _STEP_ROLES
         index_key, turn_key = sc.TIMESTEP_INDEX, sc.TIMESTEP_TURN
+        limit = INDEX_LIMIT
         retained = self.records
         size = self.retained_bytes
         for record in records:
@@ -178,7 +199,7 @@ class EpisodeAssembly:
                 continue
             if name in step_roles:
                 index = record.attributes.get(index_key)
-                if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+                if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < limit:
                     if index <= self._settled_upto:
                         self.late += 1
                         continue
@@ -226,6 +247,7 @@ class EpisodeAssembly:
             self._settle_at = max(self._max_bytes or 0, 2 * self.retained_bytes)
             return 0
         records = self.records
+        deep = deep_texts()
         parts, genai_records = _parts_of(records)
         early = {i: roles for i, roles in parts.items() if i <= upto}
         later = {i: roles for i, roles in parts.items() if i > upto}
@@ -242,6 +264,8 @@ class EpisodeAssembly:
             turns=not self._has_timesteps,
         )
         complete_turns([*steps, *later_steps], parts)
+        if deep_texts() != deep:  # content nested past MAX_DEPTH was kept as $json
+            _note_deep(steps, self._problems)
         first_later = min((s.start_time or 0 for s in later_steps), default=None)
         step_of = _step_finder(records)
         kept: list[SpanRecord] = []
@@ -297,7 +321,7 @@ class EpisodeAssembly:
         if returned is _MISSING:
             reset = self._reset_span
             returned = _content(reset, sc.OBSERVATION, None, self._trusted) if reset else None
-        return _build_steps(parts, returned, previous, self._trusted)
+        return _build_steps(parts, returned, previous, self._trusted, self._problems)
 
     @property
     def only_scores(self) -> bool:
@@ -310,6 +334,7 @@ class EpisodeAssembly:
             raise ValueError("an episode needs at least one span record besides scores")
         trusted = self._trusted
         records = self.records
+        deep = deep_texts()
         parts, genai_records = _parts_of(records)
         steps, final_observation = self._build(parts, self._returned, self._previous_index)
         turns = not self._has_timesteps
@@ -330,14 +355,18 @@ class EpisodeAssembly:
         elif episode_id is None:
             episode_id = episode_id_of(episode_span or first) or format(first.trace_id, "032x")
 
-        length = attrs.get(sc.EPISODE_LENGTH)
-        expected = length if isinstance(length, int) else self._seen.highest + 1
-        missing = self._seen.missing_below(expected)
+        problems = self._problems
+        length, missing = self._seen.length(attrs.get(sc.EPISODE_LENGTH), problems)
+        expected = self._seen.highest + 1 if length is None else length
         if steps and steps[-1].index >= expected:  # turns of model calls no span counted
             length = expected = steps[-1].index + 1
         last = steps[-1] if steps else self._last_settled
 
         status = attrs.get(sc.EPISODE_STATUS)
+        problem = value_problem(sc.EPISODE_STATUS, status)
+        if problem is not None:
+            problems["status"] = left_out(sc.EPISODE_STATUS, problem)
+            status = None
         error = episode_error(episode_span)
         if status is None and episode_span is not None and episode_span.end_time is not None:
             failure = self._first_failure
@@ -353,10 +382,14 @@ class EpisodeAssembly:
             status = sc.STATUS_INCOMPLETE
 
         episode_return = attrs.get(sc.EPISODE_RETURN)
-        if not isinstance(episode_return, (int, float)) or isinstance(episode_return, bool):
-            episode_return = self._settled_return + float(
-                sum(s.reward for s in steps if s.reward is not None)
-            )
+        if type(episode_return) is not float:
+            problem = value_problem(sc.EPISODE_RETURN, episode_return)
+            if problem is not None:
+                problems["return"] = left_out(sc.EPISODE_RETURN, problem)
+            if problem is not None or type(episode_return) is not int:  # (a bool: computed)
+                episode_return = self._settled_return + float(
+                    sum(s.reward for s in steps if s.reward is not None)
+                )
         task_id = attrs.get(sc.TASK_ID)
 
         start = episode_span.start_time if episode_span else self._start
@@ -376,69 +409,32 @@ class EpisodeAssembly:
             start_time=start,
             end_time=end,
             return_=float(episode_return),
-            length=length if isinstance(length, int) else expected,
+            length=expected,
             attributes=attributes,
             steps=all_steps,  # type: ignore[arg-type]
             final_observation=final_observation,
             reset_info=_content(reset_span, sc.INFO, None, trusted) if reset_span else None,
             missing_steps=missing,
         )
+        if deep_texts() != deep:  # content nested past MAX_DEPTH was kept as $json
+            _note_deep(steps, problems, trajectory)
         if trusted is None:  # rebuilt from storage: say what it could not give back whole
-            lossy = dict(self._lossy)
+            lossy = {**problems, **self._lossy}
             if records:
                 part = trajectory
                 if self._spilled is not None:  # (the spilled steps were checked already)
                     part = dataclasses.replace(trajectory, steps=steps)
                 for path, reason in lossy_fields(records, part, _step_finder(records)).items():
-                    lossy.setdefault(path, reason)
+                    lossy.setdefault(_LIFTED_PATHS.get(path, path), reason)
             trajectory.lossy = lossy
+        elif problems:  # (values a live span should not have had)
+            trajectory.lossy = dict(problems)
+        if problems and self._on_problem is not None:
+            for path, reason in problems.items():
+                self._on_problem(path, reason)
         if self.scores:
             apply_scores(trajectory, _valid_scores(self.scores, self.episode_id))
         return trajectory
-
-
-class _IndexSet:
-    """Step indices seen: a bitmap for the dense ones, a set for any far beyond them."""
-
-    __slots__ = ("_bits", "_count", "_far", "highest")
-
-    def __init__(self) -> None:
-        self._bits = bytearray()
-        self._far: set[int] = set()
-        self._count = 0
-        self.highest = -1
-
-    def add(self, index: int) -> None:
-        bits = self._bits
-        if index < len(bits):
-            if not bits[index]:
-                bits[index] = 1
-                self._count += 1
-        elif index < 2 * len(bits) + 4096:  # dense: grow the bitmap
-            bits.extend(bytes(max(index + 1 - len(bits), len(bits))))
-            bits[index] = 1
-            self._count += 1
-        elif index not in self._far:
-            self._far.add(index)
-            self._count += 1
-        if index > self.highest:
-            self.highest = index
-
-    def __contains__(self, index: int) -> bool:
-        bits = self._bits
-        return bits[index] == 1 if index < len(bits) else index in self._far
-
-    def __len__(self) -> int:
-        return self._count
-
-    def covers(self, length: int) -> bool:
-        """Whether every index ``0 .. length-1`` is in the set."""
-        if self._count < length:
-            return False
-        return all(index in self for index in range(length))
-
-    def missing_below(self, length: int) -> list[int]:
-        return [index for index in range(length) if index not in self]
 
 
 def _retained_size(record: SpanRecord) -> int:
@@ -464,17 +460,18 @@ def _parts_of(
     unindexed: list[SpanRecord] = []
     step_roles = _STEP_ROLES
     index_key = sc.TIMESTEP_INDEX
+    limit = INDEX_LIMIT
     for record in records:
         name = record.name
         if name in step_roles:
             index = record.attributes.get(index_key)
-            if type(index) is int and index >= 0:  # not a bool, nor (below) an int subclass
+            if type(index) is int and 0 <= index < limit:  # not a bool, nor an int subclass
                 roles = parts.get(index)
                 if roles is None:
                     parts[index] = {name: record}
                 else:
                     roles[name] = record
-            elif isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+            elif isinstance(index, int) and not isinstance(index, bool) and 0 <= index < limit:
                 parts.setdefault(index, {})[name] = record
             elif index is None and record.parent_span_id:
                 unindexed.append(record)
@@ -498,7 +495,7 @@ def _parts_of(
         by_span_id = {record.span_id: record for record in records}
         for record in unindexed:
             index = step_index_of(record, by_span_id)
-            if index is not None and index >= 0:
+            if type(index) is int and 0 <= index < limit:
                 parts.setdefault(index, {}).setdefault(record.name, record)
     return parts, genai_records
 
@@ -510,7 +507,7 @@ def _is_turn(record: SpanRecord, index: Any, kind: str | None) -> bool:
     return (
         record.attributes.get(sc.TIMESTEP_TURN) is True
         and type(index) is int
-        and index >= 0
+        and 0 <= index < INDEX_LIMIT
         and kind == genai.MODEL_CALL
     )
 
@@ -543,7 +540,11 @@ def _plain(value: Any) -> Any:
 def _text(value: Any, trusted: bool) -> Any:
     """A content attribute value as lazily decoded JSON text (see ``_content``)."""
     if type(value) is str:  # as_raw_json, one call less: this runs for every content value
-        return RawJSON(value) if trusted or is_json(value) else value
+        if trusted:
+            return RawJSON(value)
+        if len(value) > _DEEP_LENGTH:  # (may nest past MAX_DEPTH: checked_json tells)
+            return checked_json(value)
+        return RawJSON(value) if is_json(value) else value
     if not isinstance(value, str):
         return _plain(value)
     return as_raw_json(value, trusted=trusted)
@@ -554,6 +555,7 @@ def _build_steps(
     returned: Any,
     previous_index: int,
     trusted: str | None,
+    problems: dict[str, str],
 ) -> tuple[list[Step], Any]:
     """The steps, in index order, and the observation the last one returned.
 
@@ -611,7 +613,11 @@ def _build_steps(
         if terminated is None and truncated is None:
             terminated = merged.get(done_key)
         reward = merged.get(reward_key)
+        if reward is not None and type(reward) is not float:
+            reward = _number(reward, reward_key, index, problems)
         discount = merged.get(discount_key)
+        if discount is not None and type(discount) is not float:
+            discount = _number(discount, discount_key, index, problems)
         if timestep is not None:
             start, end = timestep.start_time, timestep.end_time
         else:
@@ -623,10 +629,10 @@ def _build_steps(
                 index=index,
                 observation=seen,
                 action=_text(merged[action_key], own) if action_key in merged else None,
-                reward=None if reward is None else float(reward),
+                reward=reward,
                 terminated=bool(terminated),
                 truncated=bool(truncated),
-                discount=None if discount is None else float(discount),
+                discount=discount,
                 info=(_text(infos[0], own) if infos else None)
                 if len(infos) <= 1
                 else _merged_info(infos, own),
@@ -637,6 +643,41 @@ def _build_steps(
         )
         previous_index = index
     return steps, returned
+
+
+_DEEP = "nested deeper than %d levels of lists and objects: kept as its JSON text, " % MAX_DEPTH
+_DEEP += '{"$json": text}'
+
+
+def _note_deep(steps: list[Step], problems: dict[str, str], trajectory: Any = None) -> None:
+    """Note each content field that holds its text in the ``$json`` form (codec.MAX_DEPTH)."""
+    found: list[str] = []
+    for step in steps:
+        at = "steps[%d]." % step.index
+        found += [at + n for n in ("observation", "action", "info") if _deep(step, n)]
+        for where, calls, names in (
+            ("llm_calls", step.llm_calls, ("input_messages", "output_messages")),
+            ("tool_calls", step.tool_calls, ("arguments", "result")),
+        ):
+            for number, call in enumerate(calls):
+                found += ["%s%s[%d].%s" % (at, where, number, n) for n in names if _deep(call, n)]
+    if trajectory is not None:
+        found += [n for n in ("final_observation", "reset_info") if _deep(trajectory, n)]
+    for path in found:
+        problems.setdefault(path, _DEEP)
+
+
+def _deep(holder: Any, name: str) -> bool:
+    return is_deep_json(raw_content(holder, name))
+
+
+def _number(value: Any, key: str, index: int, problems: dict[str, str]) -> float | None:
+    """A step's reward or discount as a float; None (left out, noted) when it is none."""
+    problem = value_problem(key, value)
+    if problem is None:
+        return float(value)
+    problems.setdefault("steps[%d].%s" % (index, key.rpartition(".")[2]), left_out(key, problem))
+    return None
 
 
 def _merged_info(infos: list[Any], own: bool) -> Any:

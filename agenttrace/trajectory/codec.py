@@ -22,7 +22,13 @@ written as themselves. Everything else becomes a one-key object whose key starts
 ``$datetime``           ISO 8601 text (``$date`` for dates)
 ``$unserializable``     ``{"type", "repr"}``: the fallback, with an
                         :class:`UnserializableValueWarning`; decodes to itself
+``$json``               JSON text of a value nested deeper than :data:`MAX_DEPTH`, kept
+                        unparsed; decodes to itself
 ======================  ===============================================================
+
+Nesting has one limit, :data:`MAX_DEPTH` levels of lists and objects, on every path that
+encodes or decodes JSON: a value nested deeper is written (and read) as
+``{"$json": "<its JSON text>"}``, so whatever is written can be read back.
 
 Decoding gives equal objects back. Dataclasses, pydantic models and enums are rebuilt when
 their class can be found among the modules already imported (decoding never imports code);
@@ -32,13 +38,17 @@ otherwise they stay as their tagged dict, which re-encodes to the same JSON.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
 import json
 import math
+import re
 import sys
 import warnings
+from gc import get_referents
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -58,6 +68,12 @@ from agenttrace._secrets import REDACTED, is_secret_name
 INLINE_ARRAY_LIMIT = 1024
 #: Length of repr() kept by the fallback.
 REPR_LIMIT = 1000
+#: Deepest nesting of lists and objects read or written as JSON: a value nested deeper is kept
+#: as its JSON text, tagged ``$json`` (well below Python's recursion limit, which json and the
+#: decoder would otherwise hit: at 2 frames a level, 256 levels need about 512).
+MAX_DEPTH = 256
+#: Tag of a value nested deeper than MAX_DEPTH: ``{"$json": "<JSON text>"}``.
+DEEP_TAG = "$json"
 
 _TAGS = frozenset(
     {
@@ -75,6 +91,7 @@ _TAGS = frozenset(
         "$datetime",
         "$date",
         "$unserializable",
+        DEEP_TAG,
     }
 )
 _warned_types: set[str] = set()
@@ -101,40 +118,57 @@ def _encode_float(value: float) -> Any:
     return {"$float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
 
 
-def _encode_ndarray(array: np.ndarray, redact: bool) -> dict:
+class _TooDeep(Exception):
+    """A value nests deeper than MAX_DEPTH (raised by the encoder and decoder, caught at the
+    top, where the whole value becomes its ``$json`` form)."""
+
+
+def _encode_ndarray(array: np.ndarray, redact: bool, depth: int) -> dict:
+    # {"$ndarray": {..., "data": [...]}}: the data list is 3 levels in, nested lists ndim deep
     kind = array.dtype.kind
     header = {"dtype": array.dtype.str, "shape": list(array.shape)}
     if kind == "O":
-        header["data"] = [encode(item, redact_secrets=redact) for item in array.ravel().tolist()]
+        if depth + 3 > MAX_DEPTH:
+            raise _TooDeep
+        header["data"] = [_encode(item, redact, depth + 3) for item in array.ravel().tolist()]
         return {"$ndarray": header}
     if (array.size <= INLINE_ARRAY_LIMIT and kind in "biuU") or (
         kind == "f" and array.size <= INLINE_ARRAY_LIMIT and bool(np.isfinite(array).all())
     ):
+        if depth + 2 + max(array.ndim, 1) > MAX_DEPTH:
+            raise _TooDeep
         header["data"] = array.tolist()
         return {"$ndarray": header}
     header["b64"] = base64.b64encode(np.ascontiguousarray(array).tobytes()).decode("ascii")
     return {"$ndarray": header}
 
 
-def _encode_dict(value: dict, redact: bool) -> Any:
+def _encode_dict(value: dict, redact: bool, depth: int = 0) -> Any:
+    """A dict ``depth`` containers in: plain (one level) or ``$dict`` pairs (three)."""
     plain = True
     for key in value:
         if type(key) is not str:
             plain = False
             break
     if plain and not (len(value) == 1 and next(iter(value)).startswith("$")):
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        inner = depth + 1
         out = {}
         for key, item in value.items():
             if redact and is_secret_name(key):
                 out[key] = REDACTED
             else:
-                out[key] = encode(item, redact_secrets=redact)
+                out[key] = _encode(item, redact, inner)
         return out
+    if depth + 3 > MAX_DEPTH:
+        raise _TooDeep
+    inner = depth + 3
     pairs = []
     for key, item in value.items():
         if redact and isinstance(key, str) and is_secret_name(key):
             item = REDACTED
-        pairs.append([encode(key, redact_secrets=redact), encode(item, redact_secrets=redact)])
+        pairs.append([_encode(key, redact, inner), _encode(item, redact, inner)])
     return {"$dict": pairs}
 
 
@@ -159,32 +193,45 @@ def encode(value: Any, *, redact_secrets: bool = False) -> Any:
     """Turn ``value`` into plain JSON data (dicts, lists, str, numbers, bool, None).
 
     Never raises for odd values: anything without a faithful form takes the documented
-    ``$unserializable`` fallback. With ``redact_secrets`` the values of dict keys named like
-    secrets (api_key, token, password, authorization, ...) are replaced by ``[REDACTED]``.
+    ``$unserializable`` fallback, and a value whose lists and objects nest deeper than
+    :data:`MAX_DEPTH` becomes ``{"$json": "<its JSON text>"}``. With ``redact_secrets`` the
+    values of dict keys named like secrets (api_key, token, password, authorization, ...) are
+    replaced by ``[REDACTED]``. Raises RecursionError only for a container that holds itself.
     """
+    try:
+        return _encode(value, redact_secrets, 0)
+    except (_TooDeep, RecursionError):
+        return {DEEP_TAG: _deep_text(value, redact_secrets)}
+
+
+def _encode(value: Any, redact: bool, depth: int) -> Any:
+    """``encode`` of a value inside ``depth`` JSON containers (_TooDeep past MAX_DEPTH)."""
     cls = type(value)
     if cls is str or cls is int or cls is bool or value is None:
         return value
     if cls is float:
         return _encode_float(value)
     if cls is list:
-        return [encode(item, redact_secrets=redact_secrets) for item in value]
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        depth += 1
+        return [_encode(item, redact, depth) for item in value]
     if cls is dict:
-        return _encode_dict(value, redact_secrets)
+        return _encode_dict(value, redact, depth)
     if cls is np.ndarray:
-        return _encode_ndarray(value, redact_secrets)
+        return _encode_ndarray(value, redact, depth)
     if cls is tuple:
-        return {"$tuple": [encode(item, redact_secrets=redact_secrets) for item in value]}
+        return {"$tuple": _items(value, redact, depth)}
     if isinstance(value, np.generic):
         item = value.item()
         if isinstance(item, (bool, int, float, str)):
-            return {"$numpy": {"dtype": value.dtype.str, "value": encode(item)}}
+            return {"$numpy": {"dtype": value.dtype.str, "value": _encode(item, False, 0)}}
         raw = base64.b64encode(value.tobytes()).decode("ascii")
         return {"$numpy": {"dtype": value.dtype.str, "b64": raw}}
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, enum.Enum):
-        return {"$enum": {"type": _type_path(cls), "value": encode(value.value)}}
+        return {"$enum": {"type": _type_path(cls), "value": _encode(value.value, False, depth + 2)}}
     if isinstance(value, bool):  # bool subclasses (rare) before int
         return bool(value)
     if isinstance(value, int):
@@ -198,7 +245,7 @@ def encode(value: Any, *, redact_secrets: bool = False) -> Any:
         return {
             "$dataclass": {
                 "type": _type_path(cls),
-                "fields": _encode_dict(fields, redact_secrets),
+                "fields": _encode_dict(fields, redact, depth + 2),
             }
         }
     if hasattr(value, "model_dump") and hasattr(cls, "model_fields"):
@@ -209,7 +256,7 @@ def encode(value: Any, *, redact_secrets: bool = False) -> Any:
         return {
             "$pydantic": {
                 "type": _type_path(cls),
-                "fields": _encode_dict(fields, redact_secrets),
+                "fields": _encode_dict(fields, redact, depth + 2),
             }
         }
     if isinstance(value, _dt.datetime):
@@ -217,15 +264,26 @@ def encode(value: Any, *, redact_secrets: bool = False) -> Any:
     if isinstance(value, _dt.date):
         return {"$date": value.isoformat()}
     if isinstance(value, frozenset):
-        return {"$frozenset": [encode(item, redact_secrets=redact_secrets) for item in value]}
+        return {"$frozenset": _items(value, redact, depth)}
     if isinstance(value, set):
-        return {"$set": [encode(item, redact_secrets=redact_secrets) for item in value]}
+        return {"$set": _items(value, redact, depth)}
     if isinstance(value, dict):
-        return _encode_dict(dict(value), redact_secrets)
-    if isinstance(value, (list, tuple)):  # subclasses such as NamedTuple
-        items = [encode(item, redact_secrets=redact_secrets) for item in value]
-        return items if isinstance(value, list) else {"$tuple": items}
+        return _encode_dict(dict(value), redact, depth)
+    if isinstance(value, list):  # subclasses
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        return [_encode(item, redact, depth + 1) for item in value]
+    if isinstance(value, tuple):  # subclasses such as NamedTuple
+        return {"$tuple": _items(value, redact, depth)}
     return _fallback(value)
+
+
+def _items(value: Any, redact: bool, depth: int) -> list:
+    """The list of a tagged container (``{"$tuple": [...]}``: two levels) ``depth`` in."""
+    if depth + 2 > MAX_DEPTH:
+        raise _TooDeep
+    depth += 2
+    return [_encode(item, redact, depth) for item in value]
 
 
 _dump = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
@@ -255,7 +313,161 @@ def dumps(value: Any, *, redact_secrets: bool = False) -> str:
             value.shape[0],
             _dump(value.tolist()),
         )
-    return _dump(encode(value, redact_secrets=redact_secrets))
+    try:
+        return _dump(_encode(value, redact_secrets, 0))
+    except (_TooDeep, RecursionError):  # (a container holding itself re-raises RecursionError)
+        return _deep_json(_deep_text(value, redact_secrets))
+
+
+# --- nesting past MAX_DEPTH -------------------------------------------------------------------
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string, escapes included
+_BRACKET = re.compile(r"[\[\]{}]")
+_LEVEL = {"[": 1, "{": 1, "]": -1, "}": -1}
+_DEEP_LENGTH = 2 * MAX_DEPTH  # text this short cannot nest deeper than MAX_DEPTH
+_NOT_PARSED = object()
+
+
+def is_deep(text: str) -> bool:
+    """Whether JSON text nests deeper than :data:`MAX_DEPTH`. Free for short text and text
+    with few brackets (which cannot); text with many is told apart by a few counts when its
+    brackets are dense, else parsed (orjson reads any depth) and measured a level at a time."""
+    if len(text) <= _DEEP_LENGTH:
+        return False
+    return _text_deeper(text, text.count("[") + text.count("{")) is True
+
+
+def _text_deeper(text: str, openers: int) -> bool | str | None:
+    """Whether text with ``openers`` brackets ``[``/``{`` nests deeper than MAX_DEPTH: False
+    (not deeper; JSON or not), True, None (deeper, but not JSON), or "json" (parsed: JSON,
+    not deeper)."""
+    if openers <= MAX_DEPTH:
+        return False
+    # Dense brackets: count siblings before parsing. An opener right after a closed sibling
+    # ("],[", "},{") goes no deeper than the opener before it (in strings too, where each such
+    # pattern also holds the opener it cancels).
+    if len(text) < 64 * openers and openers - text.count("],[") - text.count("},{") <= MAX_DEPTH:
+        return False
+    data: Any = _NOT_PARSED
+    if _orjson is not None:
+        with contextlib.suppress(Exception):  # refused (NaN, huge numbers, ...): json decides
+            data = _orjson.loads(text)
+    if data is _NOT_PARSED:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return False
+        except RecursionError:  # deeper than json reads: JSON if its brackets balance
+            return True if _nesting(text)[1] and text.strip()[:1] in ("[", "{") else None
+    return True if _data_deeper(data) else "json"
+
+
+def _data_deeper(data: Any) -> bool:
+    """Whether parsed JSON data nests deeper than MAX_DEPTH: one C call per level."""
+    if type(data) is not list and type(data) is not dict:
+        return False
+    level, depth = [data], 1
+    while True:
+        level = [c for c in get_referents(*level) if type(c) is list or type(c) is dict]
+        if not level:
+            return False
+        depth += 1
+        if depth > MAX_DEPTH:
+            return True
+
+
+def _nesting(text: str) -> tuple[int, bool]:
+    """(deepest nesting, whether the brackets balance) of JSON text, without parsing it."""
+    if '"' in text:
+        text = _STRING.sub("", text)
+    levels = list(accumulate(map(_LEVEL.__getitem__, _BRACKET.findall(text))))
+    if not levels:
+        return 0, True
+    return max(levels), levels[-1] == 0 and min(levels) >= 0
+
+
+def _deep_json(text: str) -> str:
+    """The ``$json`` form of JSON text nested deeper than MAX_DEPTH (itself two levels)."""
+    return '{"%s":%s}' % (DEEP_TAG, _dump(text))
+
+
+class _Leave(int):
+    """Work item of _deep_text: a container (by id) whose items are all written."""
+
+
+class _Text(str):
+    """Work item of _deep_text: text written as it is."""
+
+
+def _deep_text(value: Any, redact: bool) -> str:
+    """JSON text of a value nested too deeply for the recursive encoder, written without
+    recursion: lists, tuples, sets and dicts one item at a time, anything else by ``_encode``.
+    Raises RecursionError for a container that holds itself."""
+    parts: list[str] = []
+    path: set[int] = set()  # the containers being written
+    work: list[Any] = [value]
+    while work:
+        item = work.pop()
+        cls = type(item)
+        if cls is _Text:
+            parts.append(item)
+            continue
+        if cls is _Leave:
+            path.discard(item)
+            continue
+        if not isinstance(item, (list, tuple, dict, set, frozenset)) or (
+            isinstance(item, tuple) and not _plain_container(item)
+        ):
+            try:
+                parts.append(_dump(_encode(item, redact, 0)))
+            except (_TooDeep, RecursionError):  # deep inside an object: its type only
+                parts.append(_dump(_fallback_deep(item)))
+            continue
+        ident = id(item)
+        if ident in path:
+            raise RecursionError("a container that holds itself has no JSON form")
+        path.add(ident)
+        entries: list[Any] = []
+        if isinstance(item, dict):
+            keys_plain = all(type(key) is str for key in item)
+            if keys_plain and not (len(item) == 1 and next(iter(item)).startswith("$")):
+                head, tail = "{", "}"
+                for key, child in item.items():
+                    if redact and is_secret_name(key):
+                        child = REDACTED
+                    entries += [_Text(_dump(key) + ":"), child, _Text(",")]
+            else:
+                head, tail = '{"$dict":[', "]}"
+                for key, child in item.items():
+                    if redact and isinstance(key, str) and is_secret_name(key):
+                        child = REDACTED
+                    entries += [_Text("["), key, _Text(","), child, _Text("]"), _Text(",")]
+        else:
+            if isinstance(item, list):
+                head, tail = "[", "]"
+            elif isinstance(item, tuple):
+                head, tail = '{"$tuple":[', "]}"
+            else:
+                head = '{"$frozenset":[' if isinstance(item, frozenset) else '{"$set":['
+                tail = "]}"
+            for child in item:
+                entries += [child, _Text(",")]
+        if entries:
+            entries.pop()  # the last comma
+        parts.append(head)
+        work.append(_Leave(ident))
+        work.append(_Text(tail))
+        work.extend(reversed(entries))
+    return "".join(parts)
+
+
+def _plain_container(value: tuple) -> bool:
+    """Whether a tuple encodes as ``$tuple`` (NamedTuples do too; see _encode)."""
+    return not (dataclasses.is_dataclass(value) or hasattr(value, "model_dump"))
+
+
+def _fallback_deep(value: Any) -> dict:
+    return {"$unserializable": {"type": _type_path(type(value)), "repr": "<nested too deeply>"}}
 
 
 class RawJSON(str):
@@ -274,10 +486,52 @@ def json_text(value: Any) -> str:
 
 
 def as_raw_json(text: str, *, trusted: bool) -> RawJSON | str:
-    """Wrap attribute text for lazy decoding; untrusted text must parse, else stays a str."""
-    if trusted or is_json(text):
+    """Wrap attribute text for lazy decoding; untrusted text must parse, else stays a str
+    (and text nested deeper than MAX_DEPTH becomes its ``$json`` form: see checked_json)."""
+    if trusted:
         return RawJSON(text)
-    return text
+    if len(text) <= _DEEP_LENGTH:  # (checked_json, one call less)
+        return RawJSON(text) if is_json(text) else text
+    return checked_json(text)
+
+
+_deep_texts = 0  # texts checked_json kept as $json
+_last_checked: str | None = None  # the last long text checked_json took as JSON
+
+
+def deep_texts() -> int:
+    """How many texts :func:`checked_json` has kept as ``$json`` in this process (the
+    assembler looks for them in what it built when this rose)."""
+    return _deep_texts
+
+
+def is_deep_json(value: Any) -> bool:
+    """Whether ``value`` is RawJSON text in the ``$json`` form."""
+    return type(value) is RawJSON and value.startswith('{"%s":' % DEEP_TAG)
+
+
+def checked_json(text: str) -> RawJSON | str:
+    """Untrusted text as content: :class:`RawJSON` when it is JSON nested at most
+    :data:`MAX_DEPTH` levels; its ``$json`` form (RawJSON) when it nests deeper; otherwise the
+    text itself, a plain ``str``. Never raises RecursionError. Costs nothing over
+    :func:`is_json` for text that is short or has at most MAX_DEPTH brackets."""
+    global _deep_texts, _last_checked
+    if len(text) <= _DEEP_LENGTH:
+        return RawJSON(text) if is_json(text) else text
+    if text == _last_checked:  # (a step's observation is the previous step's result)
+        return RawJSON(text)
+    openers = text.count("[") + text.count("{")
+    deep = _text_deeper(text, openers)
+    if deep is False:
+        if not is_json(text, openers):
+            return text
+    elif deep is None:
+        return text
+    elif deep is True:
+        _deep_texts += 1
+        return RawJSON(_deep_json(text))
+    _last_checked = text  # (deep is "json": parsed, within MAX_DEPTH)
+    return RawJSON(text)
 
 
 # Short texts that recur in every step ("{}" infos, discrete actions), once they have parsed.
@@ -293,13 +547,14 @@ _fast_loads: Any = (
 )
 
 
-def is_json(text: str) -> bool:
+def is_json(text: str, brackets: int = -1) -> bool:
     """Whether ``json.loads(text)`` would succeed (same answer, same RecursionError).
 
     msgspec or orjson, when installed, decides for text it accepts that cannot nest deep
     enough to exhaust json's recursion limit: ``json`` accepts everything they do except
     nesting past that limit. Text they refuse (NaN, huge numbers, lone surrogates, anything
-    broken) goes to json itself.
+    broken) goes to json itself. ``brackets``: the text's count of ``[`` and ``{``, when the
+    caller has it (-1: not counted).
     """
     if len(text) <= _KNOWN_LENGTH:
         if text in _KNOWN_JSON:
@@ -307,8 +562,8 @@ def is_json(text: str) -> bool:
     elif text == _last_json:
         return True
     if _fast_loads is not None and (
-        len(text) < 1000 or text.count("[") + text.count("{") < 500  # nesting depth < 500
-    ):
+        len(text) < 1000 or (brackets if brackets >= 0 else text.count("[") + text.count("{")) < 500
+    ):  # (nesting depth < 500)
         try:
             _fast_loads(text)
         except Exception:  # refused, or anything else: json decides
@@ -360,47 +615,49 @@ def _resolve(path: str) -> Any | None:
     return obj
 
 
-def _decode_ndarray(spec: dict) -> np.ndarray:
+def _decode_ndarray(spec: dict, depth: int) -> np.ndarray:
     dtype = np.dtype(spec["dtype"])
     shape = tuple(spec["shape"])
     if "b64" in spec:
         raw = base64.b64decode(spec["b64"])
         return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
     if dtype.kind == "O":
-        flat = [decode(item) for item in spec["data"]]
+        flat = [_decode(item, depth) for item in spec["data"]]
         array = np.empty(len(flat), dtype=object)
         array[:] = flat
         return array.reshape(shape)
     return np.array(spec["data"], dtype=dtype).reshape(shape)
 
 
-def _decode_tagged(tag: str, body: Any, original: dict) -> Any:
+def _decode_tagged(tag: str, body: Any, original: dict, depth: int) -> Any:
+    """A tagged object ``depth`` containers in (its body is one more, a body's items two)."""
+    inner = depth + 2
     if tag == "$float":
         return float(body)
     if tag == "$tuple":
-        return tuple(decode(item) for item in body)
+        return tuple([_decode(item, inner) for item in body])
     if tag == "$bytes":
         return base64.b64decode(body)
     if tag == "$dict":
-        return {_hashable(decode(key)): decode(item) for key, item in body}
+        return {_hashable(_decode(key, inner + 1)): _decode(item, inner + 1) for key, item in body}
     if tag == "$set":
-        return {_hashable(decode(item)) for item in body}
+        return {_hashable(_decode(item, inner)) for item in body}
     if tag == "$frozenset":
-        return frozenset(_hashable(decode(item)) for item in body)
+        return frozenset([_hashable(_decode(item, inner)) for item in body])
     if tag == "$ndarray":
-        return _decode_ndarray(body)
+        return _decode_ndarray(body, inner + 1)
     if tag == "$numpy":
         dtype = np.dtype(body["dtype"])
         if "b64" in body:
             return np.frombuffer(base64.b64decode(body["b64"]), dtype=dtype)[0]
-        return dtype.type(decode(body["value"]))
+        return dtype.type(_decode(body["value"], inner))
     if tag == "$datetime":
         return _dt.datetime.fromisoformat(body)
     if tag == "$date":
         return _dt.date.fromisoformat(body)
     if tag in ("$dataclass", "$pydantic"):
         cls = _resolve(body["type"])
-        fields = decode(body["fields"])
+        fields = _decode(body["fields"], inner)
         if isinstance(cls, type) and isinstance(fields, dict):
             try:
                 if tag == "$dataclass" and dataclasses.is_dataclass(cls):
@@ -419,11 +676,13 @@ def _decode_tagged(tag: str, body: Any, original: dict) -> Any:
         cls = _resolve(body["type"])
         if isinstance(cls, type) and issubclass(cls, enum.Enum):
             try:
-                return cls(decode(body["value"]))
+                return cls(_decode(body["value"], inner))
             except Exception:
                 pass
         return original
-    return original  # $unserializable stays as recorded
+    if tag == DEEP_TAG and type(body) is not str:
+        raise TypeError("$json holds JSON text")
+    return original  # $unserializable and $json stay as recorded
 
 
 def _hashable(value: Any) -> Any:
@@ -431,29 +690,82 @@ def _hashable(value: Any) -> Any:
 
 
 def decode(data: Any) -> Any:
-    """Inverse of :func:`encode` on JSON data."""
+    """Inverse of :func:`encode` on JSON data. Data nested deeper than :data:`MAX_DEPTH`
+    decodes to its ``$json`` form, ``{"$json": "<its JSON text>"}``."""
+    try:
+        return _decode(data, 0)
+    except (_TooDeep, RecursionError):
+        return {DEEP_TAG: _data_text(data)}
+
+
+def _decode(data: Any, depth: int) -> Any:
+    """``decode`` of data inside ``depth`` containers (_TooDeep past MAX_DEPTH)."""
     cls = type(data)
     if cls is dict:
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
         if len(data) == 1:
             tag = next(iter(data))
             if tag in _TAGS:
                 try:
-                    return _decode_tagged(tag, data[tag], data)
+                    return _decode_tagged(tag, data[tag], data, depth)
                 except (KeyError, TypeError, ValueError, AttributeError) as exc:
                     raise ValueDecodeError(f"malformed {tag} value: {exc}") from exc
-        return {key: decode(item) for key, item in data.items()}
+        depth += 1  # (scalars as they are, without a call each)
+        return {
+            key: _decode(item, depth) if type(item) is dict or type(item) is list else item
+            for key, item in data.items()
+        }
     if cls is list:
-        return [decode(item) for item in data]
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        depth += 1
+        return [
+            _decode(item, depth) if type(item) is dict or type(item) is list else item
+            for item in data
+        ]
     return data
 
 
+def _data_text(data: Any) -> str:
+    """JSON text of parsed JSON data, however deep."""
+    try:
+        return _dump(data)
+    except (RecursionError, ValueError, TypeError):
+        return _deep_text(data, False)
+
+
 def loads(text: str) -> Any:
-    """Parse JSON text written by :func:`dumps` back into values."""
+    """Parse JSON text written by :func:`dumps` back into values. Text nested deeper than
+    :data:`MAX_DEPTH` (which :func:`dumps` never writes) reads as ``{"$json": text}``."""
     try:
         data = json.loads(text)
     except (TypeError, ValueError) as exc:
         raise ValueDecodeError(f"not JSON: {exc}") from exc
-    return decode(data)
+    except RecursionError:
+        return {DEEP_TAG: text if type(text) is str else _text_of(text)}
+    try:
+        return _decode(data, 0)
+    except (_TooDeep, RecursionError):
+        return {DEEP_TAG: text if type(text) is str else _text_of(text)}
+
+
+def _text_of(raw: bytes | bytearray) -> str:
+    return bytes(raw).decode("utf-8", "surrogatepass")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads`` within :data:`MAX_DEPTH`: plain JSON data (no tags decoded), or
+    :class:`ValueDecodeError` for text that is not JSON or nests deeper."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueDecodeError(f"not JSON: {exc}") from exc
+    except RecursionError:
+        raise ValueDecodeError(f"nested deeper than {MAX_DEPTH} levels") from None
+    if type(data) in (list, dict) and _data_deeper(data):
+        raise ValueDecodeError(f"nested deeper than {MAX_DEPTH} levels")
+    return data
 
 
 # --- equality --------------------------------------------------------------------------

@@ -15,11 +15,18 @@ recorded the call. Messages that are not in a known format are kept exactly as r
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agenttrace import semconv as sc
-from agenttrace.trajectory.codec import RawJSON, ValueDecodeError, as_raw_json, loads
+from agenttrace.trajectory.codec import (
+    RawJSON,
+    ValueDecodeError,
+    as_raw_json,
+    loads,
+    parse_json,
+)
 from agenttrace.trajectory.model import LLMCall, ToolCall
 from agenttrace.trajectory.records import SpanEvent, SpanRecord
 
@@ -29,6 +36,7 @@ TOOL_CALL = "tool"
 _PROMPT_PREFIX = sc.GEN_AI_PROMPT + "."
 _COMPLETION_PREFIX = sc.GEN_AI_COMPLETION + "."
 _MISSING = object()
+_I64 = 2**63 - 1
 _compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -128,15 +136,19 @@ def _numbers(value: Any, kind: type) -> list[Any] | None:
     not such a list (a store that turned it into JSON text is read back too)."""
     if isinstance(value, str) and value.startswith("["):
         try:
-            value = json.loads(value)
+            value = parse_json(value)
         except ValueError:
             return None
     if not isinstance(value, (list, tuple)):
         return None
-    if kind is int:
-        return list(value) if all(type(v) is int for v in value) else None
+    if kind is int:  # (token ids: int64, as a trajectory holds them)
+        return list(value) if all(type(v) is int and _I64 >= v >= -_I64 for v in value) else None
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-        return [float(v) for v in value]
+        try:
+            numbers = [float(v) for v in value]
+        except OverflowError:  # an integer no float holds: not a logprob
+            return None
+        return numbers if all(math.isfinite(v) for v in numbers) else None
     return None
 
 
@@ -161,7 +173,10 @@ def _int(attrs: Mapping[str, Any], key: str, old_key: str) -> int | None:
     value = attrs.get(key, attrs.get(old_key))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return int(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    value = int(value)
+    return value if -_I64 <= value <= _I64 else None  # (a trajectory's counts are int64)
 
 
 def _other_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -293,13 +308,13 @@ def _decoded(text: RawJSON) -> Any:
     try:
         return loads(text)
     except ValueDecodeError:  # valid JSON whose "$..." keys are not agenttrace's tags
-        return json.loads(text)
+        return parse_json(text)
 
 
 def _json_or_text(text: str) -> Any:
     try:
-        return json.loads(text)
-    except ValueError:
+        return parse_json(text)
+    except ValueError:  # not JSON, or nested deeper than codec.MAX_DEPTH: kept as text
         return text
 
 

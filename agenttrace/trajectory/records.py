@@ -8,6 +8,7 @@ lists). Records hold no reference to the SDK span, so finished spans can be free
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -190,6 +191,66 @@ def _record_from_public_api(span: Any) -> SpanRecord:
         context.trace_flags.sampled,
         _EMPTY,
     )
+
+
+# --- rl.* values the assembler reads ---------------------------------------------------------
+
+#: Step indices and episode lengths are OTLP int64 values: at most this, exclusive.
+INDEX_LIMIT = 1 << 63
+_FLOAT_MAX = sys.float_info.max  # an int beyond it has no float (float() overflows)
+NUMBER, COUNT, TEXT = "a number", "a whole number from 0 to 2^63-1", "a string"
+#: rl.* attributes the assembler reads, and what each must be; anything else is left out as
+#: if absent (docs/trace-storage.md, "Bad values"). Numbers may be floats (NaN and infinities
+#: too), ints a float can hold, or bools (1.0/0.0).
+VALUE_KINDS: Mapping[str, str] = {
+    sc.REWARD: NUMBER,
+    sc.DISCOUNT: NUMBER,
+    sc.EPISODE_RETURN: NUMBER,
+    sc.TIMESTEP_INDEX: COUNT,
+    sc.EPISODE_LENGTH: COUNT,
+    sc.EPISODE_STATUS: TEXT,
+}
+_TYPE_WORDS = {str: "a string", tuple: "an array", list: "an array", dict: "a key-value list",
+               bytes: "bytes", bool: "a boolean", int: "an integer", float: "a float"}  # fmt: skip
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """Why the assembler cannot take ``value`` as rl.* attribute ``key`` (see VALUE_KINDS);
+    None when it can (or for None, or a key it does not check)."""
+    kind = VALUE_KINDS.get(key)
+    if kind is None or value is None:
+        return None
+    cls = type(value)
+    if kind is NUMBER:
+        if cls is float or cls is bool or (cls is int and -_FLOAT_MAX <= value <= _FLOAT_MAX):
+            return None
+    elif kind is COUNT:
+        if cls is int and 0 <= value < INDEX_LIMIT:
+            return None
+    elif cls is str:
+        return None
+    if kind is NUMBER and cls is int:
+        return "%s, too large for a float" % described(value)
+    return "%s, not %s" % (described(value), kind)
+
+
+def described(value: Any) -> str:
+    """``value`` in a few words for an error: its type, and itself when short."""
+    cls = type(value)
+    word = _TYPE_WORDS.get(cls, cls.__name__)
+    if cls is int:
+        if abs(value) >= 10**20:
+            return "an integer of about 10^%d" % int(value.bit_length() * 0.30103)
+        return "%s (%d)" % (word, value)
+    if cls in (str, float, bool):
+        shown = repr(value)
+        return "%s (%s)" % (word, shown if len(shown) <= 40 else shown[:37] + "...")
+    return word
+
+
+def left_out(key: str, problem: str) -> str:
+    """The lossy reason of an rl.* value the assembler left out (the same live and offline)."""
+    return "%s was %s; left out (read as absent)" % (key, problem)
 
 
 # --- vector steps ---------------------------------------------------------------------------

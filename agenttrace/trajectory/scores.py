@@ -69,7 +69,10 @@ def checked_score(
             value = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"score {name!r}: value must be a number, got {value!r}") from None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond a float's range (10**400 read from JSON)
+        raise ValueError(f"score {name!r}: value must be finite, got a huge integer") from None
     if not math.isfinite(value):
         raise ValueError(f"score {name!r}: value must be finite, got {value!r}")
     if step is not None and (type(step) is not int or step < 0):

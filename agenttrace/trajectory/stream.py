@@ -21,8 +21,9 @@ records and are then counted as ``unrelated``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory.assembler import EpisodeAssembly
@@ -87,7 +88,9 @@ class StreamingAssembler:
     records pass ``max_episode_bytes`` is rebuilt a stretch of steps at a time, as live
     (:class:`~agenttrace.trajectory.assembler.EpisodeAssembly`). ``conventions`` translates
     other tracers' spans into agenttrace's names first
-    (:mod:`agenttrace.trajectory.conventions`).
+    (:mod:`agenttrace.trajectory.conventions`). ``on_problem(episode_id, field, reason)`` is
+    told of each value the assembler left out or cut (a length claim far beyond the episode's
+    steps, say); the trajectory's ``lossy`` says it too.
     """
 
     def __init__(
@@ -98,8 +101,10 @@ class StreamingAssembler:
         trusted_scope: str | None = None,
         max_episode_bytes: int | None = None,
         conventions: Conventions | None = None,
+        on_problem: Callable[[str, str, str], None] | None = None,
     ) -> None:
         self.counts = AssemblyCounts()
+        self._on_problem = on_problem
         if conventions:
             self._translate = conventions.translate
             self.add = self._add_translated  # type: ignore[method-assign]
@@ -164,7 +169,11 @@ class StreamingAssembler:
 
     def _add_translated(self, record: SpanRecord) -> Sequence[Trajectory]:
         """:meth:`add` of the record in agenttrace's names (several for a span of scores)."""
-        translated = self._translate(record)
+        try:
+            translated = self._translate(record)
+        except (ArithmeticError, ValueError, TypeError, RecursionError):
+            # a value the mapping could not convert (10**400 as a reward): the span as it is
+            translated = [record]
         if len(translated) == 1:
             return StreamingAssembler.add(self, translated[0])
         done: list[Trajectory] = []
@@ -217,11 +226,13 @@ class StreamingAssembler:
         """Add ``record`` (and the orphans waiting for it, recursively) to an open episode."""
         episode = self._open.get(episode_id)
         if episode is None:
+            told = self._on_problem
             assembly = EpisodeAssembly(
                 episode_id,
                 trusted_scope=self._trusted,
                 max_bytes=self._max_episode_bytes,
                 on_let_go=self._let_go,
+                on_problem=None if told is None else partial(told, episode_id),
             )
             episode = self._open[episode_id] = _OpenEpisode(sequence, assembly)
             early = self._early_scores.pop(episode_id, None)
