@@ -615,8 +615,19 @@ def _resolve(path: str) -> Any | None:
     return obj
 
 
+def _plain_dtype(spec: Any) -> np.dtype:
+    """A dtype as the encoder writes it: a plain string naming a dtype with items of some
+    size (never a structured or void one, which the encoder never writes)."""
+    if type(spec) is not str:
+        raise ValueError(f"a dtype is written as text, got {type(spec).__name__}")
+    dtype = np.dtype(spec)
+    if dtype.fields is not None or dtype.kind == "V" or (dtype.itemsize == 0 and dtype.kind != "O"):
+        raise ValueError(f"dtype {spec!r} is not one agenttrace writes")
+    return dtype
+
+
 def _decode_ndarray(spec: dict, depth: int) -> np.ndarray:
-    dtype = np.dtype(spec["dtype"])
+    dtype = _plain_dtype(spec["dtype"])
     shape = tuple(spec["shape"])
     if "b64" in spec:
         raw = base64.b64decode(spec["b64"])
@@ -647,7 +658,7 @@ def _decode_tagged(tag: str, body: Any, original: dict, depth: int) -> Any:
     if tag == "$ndarray":
         return _decode_ndarray(body, inner + 1)
     if tag == "$numpy":
-        dtype = np.dtype(body["dtype"])
+        dtype = _plain_dtype(body["dtype"])
         if "b64" in body:
             return np.frombuffer(base64.b64decode(body["b64"]), dtype=dtype)[0]
         return dtype.type(_decode(body["value"], inner))

@@ -286,14 +286,11 @@ def _typed(key: str, value: Any) -> Any:
     if key in _NUMBERS:
         if isinstance(value, bool):
             return float(value)
-        if isinstance(value, (int, float)):
+        if not isinstance(value, (int, float, str)):
+            return None
+        try:
             number = float(value)
-        elif isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                return None
-        else:
+        except (ValueError, OverflowError):  # (text that is no number; 10**400)
             return None
         return number if math.isfinite(number) else None
     if key in _FLAGS:
