@@ -170,8 +170,8 @@ SETTINGS: tuple[Setting, ...] = (
         "AGENTTRACE_BLOB_STORE",
         _parse_blob_store,
         None,
-        "Folder or URL (file://, or any fsspec URL such as s3://bucket/blobs; needs "
-        "pip install fsspec) of the content-addressed store for export_content=ref. Checked "
+        "Folder or URL (file://, or any fsspec URL such as s3://bucket/blobs, which needs the "
+        "fsspec package) of the content-addressed store for export_content=ref. Checked "
         "when agenttrace starts: a scheme fsspec does not know, or whose filesystem package "
         "is not installed, is an error then.",
         path=True,
