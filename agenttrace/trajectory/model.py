@@ -44,6 +44,7 @@ from agenttrace.trajectory.validate import (
     _integer,
     _integers,
     _list,
+    _named_object,
     _object,
     _real,
     _require,
@@ -214,14 +215,8 @@ class LLMCall(_ValueEquality):
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "llm_call") -> LLMCall:
-        if type(data) is not dict:
-            _fail(where, "an object", data)
-        if "name" not in data:
-            raise TrajectoryFormatError(f"{where}: missing required key name", field=where)
+        name = _named_object(data, where)
         get = data.get
-        name = data["name"]
-        if type(name) is not str:
-            _fail(where + ".name", "a string", name)
         call = cls(
             name=name,
             model=_text(get("model"), where + ".model"),
@@ -272,14 +267,8 @@ class ToolCall(_ValueEquality):
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "tool_call") -> ToolCall:
-        if type(data) is not dict:
-            _fail(where, "an object", data)
-        if "name" not in data:
-            raise TrajectoryFormatError(f"{where}: missing required key name", field=where)
+        name = _named_object(data, where)
         get = data.get
-        name = data["name"]
-        if type(name) is not str:
-            _fail(where + ".name", "a string", name)
         return cls(
             name=name,
             call_id=_text(get("call_id"), where + ".call_id"),

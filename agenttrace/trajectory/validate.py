@@ -270,3 +270,15 @@ def _require(data: dict, keys: tuple[str, ...], what: str) -> None:
     missing = [key for key in keys if key not in data]
     if missing:
         raise TrajectoryFormatError(f"{what} is missing required key(s): {', '.join(missing)}")
+
+
+def _named_object(data: Any, where: str) -> str:
+    """The ``name`` of a call's object (model or tool call): an object with a string name."""
+    if type(data) is not dict:
+        _fail(where, "an object", data)
+    if "name" not in data:
+        raise TrajectoryFormatError(f"{where}: missing required key name", field=where)
+    name = data["name"]
+    if type(name) is not str:
+        _fail(where + ".name", "a string", name)
+    return name
