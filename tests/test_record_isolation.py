@@ -849,7 +849,9 @@ def test_generated_hostile_values_never_cost_the_other_fields(tmp_path, caplog) 
         for name in ("action", "info"):
             value, outcome = getattr(step, name), expected[f"{name}_outcome"]
             if outcome == "same":
-                assert values_equal(value, codec.loads(codec.dumps(expected[name]))), task
+                # (keys named like secrets are redacted when recorded, as always)
+                recorded = codec.dumps(expected[name], redact_secrets=True)
+                assert values_equal(value, codec.loads(recorded)), task
             elif outcome == "marker":
                 assert set(value) == {"$unserializable"}, task
                 assert set(value["$unserializable"]) == {"type", "error"}, task
