@@ -59,7 +59,9 @@ class ScriptedLLM:
                 )
             return response
 
-    def _answer(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _answer(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         self.calls += 1
         question = next(m["content"] for m in messages if m["role"] == "user")
         plan = _plan(_QUESTION.match(question)["expression"])

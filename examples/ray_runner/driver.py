@@ -17,9 +17,8 @@ import ray
 
 from ray_runner.runner import Runner, Task
 
-def _task(
-    task_id: str, expression: str, seed: int, max_timesteps: int = 8, **more: object
-) -> Task:
+
+def _task(task_id: str, expression: str, seed: int, max_timesteps: int = 8, **more: object) -> Task:
     reset_kwargs = {"expression": expression, "seed": seed, "task_unique_id": task_id, **more}
     return Task(task_id, reset_kwargs, max_timesteps)
 

@@ -3,11 +3,12 @@
 Off unless ``RUNNER_TRACING=1``. On, it uses the process's global TracerProvider, setting an
 SDK one when there is none yet (sending each span over OTLP/HTTP as it ends when
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set: Ray ends actor processes without running exit
-handlers, so a batching processor could lose its last spans), and the runner writes its spans with its own names: ``episode`` (``task_id``,
-``reset_kwargs``, and at the end ``episode_id`` and ``error_info``), ``env.reset``,
-``agent.init_after_reset``, ``timestep`` (``timestep_idx``), ``get_tool_schemas``, the model
-call (``chat <model>``, OpenTelemetry GenAI attributes, as an instrumented LLM client writes
-it) and ``env.step`` (``reward``, ``done``).
+handlers, so a batching processor could lose its last spans), and the runner writes its
+spans with its own names: ``episode`` (``task_id``, ``reset_kwargs``, and at the end
+``episode_id`` and ``error_info``), ``env.reset``, ``agent.init_after_reset``, ``timestep``
+(``timestep_idx``), ``get_tool_schemas``, the model call (``chat <model>``, OpenTelemetry
+GenAI attributes, as an instrumented LLM client writes it) and ``env.step`` (``reward``,
+``done``).
 """
 
 from __future__ import annotations
