@@ -24,7 +24,7 @@ from agenttrace._logging import internal_error
 logger = logging.getLogger("agenttrace")
 
 _lock = threading.Lock()
-_attached: list[Any] = []  # providers the trajectory processor was added to (weakly: few)
+_attached: list[Any] = []  # providers the trajectory processor was added to (one or two)
 _watching = False
 
 

@@ -64,7 +64,6 @@ _STEP_ROLES = sc.STEP_ROLES
 # Keys of a step's parts for the model calls that carry its index themselves (a turn with no
 # step span around it): the first to start (what it was asked) and the last to end.
 _FIRST_CALL, _LAST_CALL = "llm.first", "llm.last"
-_FLAG_KEYS = (sc.TERMINATED, sc.TRUNCATED, sc.DONE)
 # Episode-span attributes that become top-level trajectory fields instead of `attributes`.
 _LIFTED = frozenset(
     {
