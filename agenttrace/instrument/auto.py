@@ -66,24 +66,11 @@ from opentelemetry.instrumentation.utils import (
 from agenttrace import config
 from agenttrace.instrument import exit_warnings, propagate_patches, provider_watch, script
 from agenttrace.instrument import targets as targets_module
-from agenttrace.instrument.arguments import CallArguments
-from agenttrace.instrument.calls import ToolCallScope
-from agenttrace.instrument.env_episodes import ENV_EPISODE_SCOPES
-from agenttrace.instrument.episode_fields import (
-    EPISODE_FIELDS,
-    RETURN,
-    EpisodeFieldsScope,
-    FieldsCall,
-    apply_fields,
-)
-from agenttrace.instrument.episode_fields import pick as _pick
-from agenttrace.instrument.extractors import _UNSET
+from agenttrace.instrument.episode_fields import EpisodeFieldsScope, FieldsCall
+from agenttrace.instrument.proxies import PatchProxy
 from agenttrace.instrument.scope import CallHooks, _Scope, trace_callable
-from agenttrace.instrument.spans import EpisodeScope
+from agenttrace.instrument.target_scopes import template as _template
 from agenttrace.instrument.targets import (
-    ATTRIBUTE_OPTION,
-    ROLES,
-    SETTINGS,
     Resolved,
     Site,
     Target,
@@ -160,17 +147,13 @@ def _is_plain_sync(function: Callable[..., Any]) -> bool:
     )
 
 
-class TracedFunction(wrapt.FunctionWrapper):
+class TracedFunction(PatchProxy):
     """A traced module-level function (or other attribute that is not a class method).
 
-    Pickles by reference (module and name), like the function it wraps: the receiving
-    process gets whatever that name is there, traced if that process instrumented it.
+    Pickles and copies as the function it wraps (:class:`~agenttrace.instrument.proxies.
+    PatchProxy`): by reference, so the receiving process gets whatever that name is there,
+    traced if that process instrumented it.
     """
-
-    #: The type wrapt binds a method to (``obj.step``): named here because for a subclass
-    #: wrapt looks this attribute up on every binding and, without it, raises and clears an
-    #: AttributeError each time (about a third of a microsecond per traced method call).
-    __bound_function_wrapper__ = wrapt.BoundFunctionWrapper
 
     def __init__(self, wrapped: Any, call: _TargetCall, target: Target) -> None:
         super().__init__(wrapped, call)
@@ -185,11 +168,16 @@ class TracedFunction(wrapt.FunctionWrapper):
     def agenttrace_call(self) -> _TargetCall:
         return self._self_call
 
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        return (_import_attribute, (self._self_target.module, self._self_target.qualname))
-
-    def __reduce__(self) -> Any:
-        return self.__reduce_ex__(2)
+    def _reduce_unreachable(self, protocol: Any) -> Any:
+        """The function's own name does not lead to it (defined in another function, or
+        re-exported under another name): the target's name, when it leads to this wrapper."""
+        target = self._self_target
+        try:
+            if _import_attribute(target.module, target.qualname) is self:
+                return (_import_attribute, (target.module, target.qualname))
+        except Exception:
+            pass
+        return super()._reduce_unreachable(protocol)
 
 
 class TracedMethod(TracedFunction):
@@ -230,121 +218,6 @@ def _rebuild_method(target: Target, descriptor: Any) -> Any:
             "agenttrace: could not trace %s in process %d; it runs untraced", target, os.getpid()
         )
         return descriptor
-
-
-# --- scopes per target -----------------------------------------------------------------------
-
-_marks: dict[tuple[str, str], str] = {}
-_marks_lock = threading.Lock()
-
-
-def _mark_for(role: str, attribute: str) -> str:
-    """The context key that says "a traced <attribute> call of <role> is in progress"."""
-    with _marks_lock:
-        key = _marks.get((role, attribute))
-        if key is None:
-            key = otel_context.create_key(f"agenttrace.target.{role}.{attribute}")
-            _marks[(role, attribute)] = key
-        return key
-
-
-class _ArgumentFields:
-    """Scope mixin: present the arguments a target names (``task_id=task.id``) to ``_on_call``
-    under the field names the role's decorator reads (``task_id``)."""
-
-    _fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    def _on_call(self, arguments: CallArguments) -> None:
-        if self._fields:
-            picked = {}
-            for name, path in self._fields:
-                value = _pick(arguments, path, self._receiver)  # type: ignore[attr-defined]
-                if value is not _UNSET:
-                    picked[name] = value
-            arguments = arguments.with_overrides(picked)
-        super()._on_call(arguments)  # type: ignore[misc]
-
-
-_scope_classes: dict[type[_Scope], type[_Scope]] = {}
-
-
-def _scope_class(base: type[_Scope]) -> type[_Scope]:
-    cls = _scope_classes.get(base)
-    if cls is None:
-        cls = type(f"Instrumented{base.__name__}", (_ArgumentFields, base), {})
-        _scope_classes[base] = cls
-    return cls
-
-
-def _template(target: Target, tracer_provider: Any) -> _Scope:
-    """The scope every call of ``target`` clones: role, extractor, argument fields, mark.
-
-    Without argument options it is the role's own scope class, exactly what the decorator
-    uses: no extra ``_on_call`` layer on every call.
-    """
-    if target.role == EPISODE_FIELDS:  # (no span: FieldsCall sets the episode's fields)
-        fields = EpisodeFieldsScope()
-        fields._fields = _paths(target, lambda name, path: True)
-        return fields
-    base = ROLES[target.role]
-    options: dict[str, Any] = {"tracer_provider": tracer_provider}
-    extractor = resolve_extractor(target)
-    if extractor is not None:
-        options["extractor"] = extractor
-    if target.role == ToolCallScope.role:
-        options["name"] = target.attribute  # unless a name= option reads it from the call
-    known = SETTINGS.get(target.role, {})
-    options.update((known[name][1], value) for name, value in target.settings.items())
-    if base in ENV_EPISODE_SCOPES and config.read_setting_or("env_episodes", True):
-        base = ENV_EPISODE_SCOPES[base]  # outside any episode, the env delimits its own
-    returns = _paths(target, lambda name, path: path[0] == RETURN)
-    per_call = _paths(target, lambda name, path: path[0] != RETURN and _is_per_call(name))
-    arguments = _paths(target, lambda name, path: path[0] != RETURN and not _is_per_call(name))
-    if per_call or returns:
-        base = _PerCallEpisodeScope
-    if not arguments:
-        template = base(**options)
-    else:
-        template = _scope_class(base)(**options)
-        template._fields = arguments  # type: ignore[attr-defined]
-    if per_call or returns:
-        template._per_call = per_call  # type: ignore[attr-defined]
-        template._returns = returns  # type: ignore[attr-defined]
-    template._context_mark = _mark_for(target.role, target.attribute)
-    return template
-
-
-def _is_per_call(name: str) -> bool:
-    """An episode option set before its span starts: its id, names, group, attributes."""
-    return name in EpisodeScope.PER_CALL_OPTIONS or name.startswith(ATTRIBUTE_OPTION)
-
-
-def _paths(
-    target: Target, wanted: Callable[[str, tuple[str, ...]], bool]
-) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The target's options ``wanted(field, path)``, each path split at dots."""
-    paths = ((name, tuple(where.split("."))) for name, where in target.arguments.items())
-    return tuple((name, path) for name, path in paths if wanted(name, path))
-
-
-class _PerCallEpisodeScope(EpisodeScope):
-    """An episode whose id, policy version, agent or env name a target takes from each call's
-    arguments (``episode_id=run.id``). They are set before the span starts: the trajectory
-    processor tracks the episode under its id from then on. Fields read from the return value
-    (``episode_id=return.id``, ``error=return.error_info``) are set when the call returns."""
-
-    _per_call: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    _returns: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    def _before_start(self, arguments: CallArguments) -> None:
-        for option, path in self._per_call:
-            value = _pick(arguments, path, self._receiver)
-            if value is not _UNSET:
-                self._set_per_call(option, value)
-
-    def _on_return(self, result: Any) -> None:
-        if self._returns:
-            apply_fields(self, self._returns, result)
 
 
 def _make_wrapper(

@@ -27,12 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import wrapt
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from agenttrace import config
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace.instrument.propagation import aiohttp_middleware, in_context, inject
+from agenttrace.instrument.proxies import PatchProxy
 from agenttrace.instrument.scope import current_episode_id
 
 logger = logging.getLogger("agenttrace")
@@ -161,8 +161,9 @@ CHOICES: dict[str, tuple[str, tuple[_Site, ...]]] = {
 assert tuple(CHOICES) == config.PROPAGATE_CHOICES
 
 
-class PropagationWrapper(wrapt.FunctionWrapper):
-    """What agenttrace puts in place of a patched library attribute (recognisable as ours)."""
+class PropagationWrapper(PatchProxy):
+    """What agenttrace puts in place of a patched library attribute (recognisable as ours);
+    pickled and copied as the attribute it wraps (:mod:`agenttrace.instrument.proxies`)."""
 
 
 @dataclass

@@ -56,6 +56,7 @@ from agenttrace._logging import internal_error as _internal_error
 from agenttrace._version import install_hint
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS
 from agenttrace.instrument.field_values import read_flag
+from agenttrace.instrument.proxies import PatchProxy
 from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope, TimestepScope
 from agenttrace.processing.writer import AGENTTRACE_SCOPE
 from agenttrace.trajectory import Trajectory, build_trajectory, record_from_span
@@ -526,9 +527,12 @@ def instrument_gymnasium(**options: Any) -> None:
 
         for name, traced in (("make", _traced_make), ("make_vec", vector.traced_make_vec)):
             wrapper = functools.partial(traced, options=dict(options))
+            # One proxy per function: gymnasium.make is gymnasium.envs.registration.make,
+            # and stays the same object as that name, which pickling by reference needs.
+            proxies: dict[int, PatchProxy] = {}
             for module in (gymnasium, gymnasium.envs.registration):
                 original = getattr(module, name)
-                proxy = wrapt.FunctionWrapper(original, wrapper)
+                proxy = proxies.setdefault(id(original), PatchProxy(original, wrapper))
                 setattr(module, name, proxy)
                 _patches.append((module, name, original, proxy))
         for vector_class in (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv):
@@ -544,7 +548,7 @@ def _index_sub_envs(vector_class: type) -> None:
     original = vars(vector_class)["__init__"]
     if isinstance(original, wrapt.FunctionWrapper):
         return
-    proxy = wrapt.FunctionWrapper(original, vector.indexed_vector_init)
+    proxy = PatchProxy(original, vector.indexed_vector_init)
     vector_class.__init__ = proxy
     _patches.append((vector_class, "__init__", original, proxy))
 
