@@ -385,19 +385,29 @@ def _seed(seed: Any, sub: _SubEnv) -> int | None:
 
 
 class _IndexedEnvFn:
-    """A vector env's ``env_fn`` that says which sub-environment it makes. Picklable (by
-    cloudpickle, as ``AsyncVectorEnv`` sends env_fns to its worker processes) when the
-    function it holds is."""
+    """A vector env's ``env_fn`` that says which sub-environment it makes, and whether the
+    vector env was made inside a traced ``make_vec`` (whose batched results record its
+    sub-environments: they must not be recorded again where they run).
 
-    def __init__(self, env_fn: Callable[[], Any], index: int) -> None:
+    ``AsyncVectorEnv`` sends env_fns to its worker processes with cloudpickle, so this
+    travels with the env_fn: a worker forked from this process inherits both settings
+    anyway, and one started by spawn or forkserver (a fresh interpreter, instrumented by
+    itself or not at all) gets them from here. Picklable when the function it holds is.
+    """
+
+    def __init__(self, env_fn: Callable[[], Any], index: int, in_make: bool = False) -> None:
         self.env_fn = env_fn
         self.index = index
+        self.in_make = in_make
 
     def __call__(self) -> Any:
         token = _sub_env_index.set(self.index)
+        in_make = _in_make.set(True) if self.in_make else None
         try:
             return self.env_fn()
         finally:
+            if in_make is not None:
+                _in_make.reset(in_make)
             _sub_env_index.reset(token)
 
 
@@ -405,10 +415,12 @@ def indexed_vector_init(
     wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict
 ) -> Any:
     """``SyncVectorEnv``/``AsyncVectorEnv(env_fns, ...)`` with each env_fn indexed, so the
-    sub-environments ``gymnasium.make`` traces carry ``rl.env.index``."""
+    sub-environments ``gymnasium.make`` traces carry ``rl.env.index``; inside a traced
+    ``make_vec`` they are not traced at all, wherever they run."""
     try:
         env_fns = args[0] if args else kwargs["env_fns"]
-        indexed = [_IndexedEnvFn(fn, i) for i, fn in enumerate(env_fns)]
+        in_make = _in_make.get()
+        indexed = [_IndexedEnvFn(fn, i, in_make) for i, fn in enumerate(env_fns)]
         if args:
             args = (indexed, *args[1:])
         else:
