@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import datetime as _dt
-import importlib
 import logging
 import os
 import sys
@@ -32,11 +31,21 @@ from agenttrace import _logging, config, process_end
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
-from agenttrace.processing.metrics import EpisodeMetrics
-from agenttrace.processing.span_content import ContentPolicyExporter
-from agenttrace.processing.span_export import LosslessSpanProcessor, export_counts
+from agenttrace.processing.metrics import CountingMetricExporter, EpisodeMetrics
+from agenttrace.processing.record_export import (
+    SpanExportSpec,
+    UnsupportedProtocol,
+    otel_environment,
+    otlp_exporter,
+    otlp_protocol,
+)
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
-from agenttrace.processing.writer import EpisodeWriter, SinkSpec, WriterSpec
+from agenttrace.processing.writer import (
+    SPAN_EXPORT_COUNTERS,
+    EpisodeWriter,
+    SinkSpec,
+    WriterSpec,
+)
 from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks import files as _files
 from agenttrace.sinks.base import Sink
@@ -67,10 +76,10 @@ class AgentTrace:
         self.capture_content = settings.content != "none"
         self.redact = settings.redact
         self.run_dir: Path | None = None
-        self.span_processors: list[LosslessSpanProcessor] = []
         self.trajectory_processor: TrajectoryProcessor | None = None
         self.metrics: EpisodeMetrics | None = None
         self.owned_meter_provider: Any | None = None  # an SDK MeterProvider agenttrace made
+        self.metric_exporter: CountingMetricExporter | None = None  # its exporter, counted
         self._shut_down = False
         self._pid = os.getpid()
         # What a forked child needs to make a pipeline like this one (see _after_fork_in_child).
@@ -91,15 +100,16 @@ class AgentTrace:
                 targets = ("file", "otlp")
         # Everything that can fail on a bad setting or an unusable output folder comes before
         # anything starts (threads, the helper process) or is added to the provider.
-        # The export content policy wraps only the backend exporter: spans.jsonl stays whole.
-        export_policy = _export_policy(settings) if "otlp" in targets else None
-        span_exporter = _otlp_exporter("traces") if "otlp" in targets else None
+        # Spans go to the OTLP endpoint from the writer (agenttrace.processing.record_export),
+        # under the export content policy: spans.jsonl stays whole.
+        span_export = _span_export_spec(settings) if "otlp" in targets else None
         files_here = "file" in targets or any(
             kind in ("jsonl", "parquet", "steps", "jsondir") for kind in settings.sinks
         )
         spec = WriterSpec(
             sinks=tuple(self._sink_specs()),
             span_file=self._span_file_options() if "file" in targets else None,
+            span_export=span_export,
             # Late scores beside the run's files (agenttrace.sinks.scores).
             score_folder=str(self._ensure_run_dir()) if files_here else None,
             max_episode_bytes=settings.max_episode_bytes,
@@ -135,15 +145,6 @@ class AgentTrace:
             shutdown_at_exit=False,  # this pipeline's exit handler shuts it down, then reports
         )
         self.provider.add_span_processor(self.trajectory_processor)
-        if span_exporter is not None:
-            processor = LosslessSpanProcessor(
-                export_policy(span_exporter) if export_policy is not None else span_exporter,
-                max_queue=settings.queue_size,
-                shutdown_timeout=settings.exit_timeout,
-                log_losses=False,  # the exit line reports them (summary_line)
-            )
-            self.provider.add_span_processor(processor)
-            self.span_processors.append(processor)
         # Registered after the writer: exit handlers run last-registered first, so this one
         # runs before the helper process is told to stop (writer_process._Helper.stop).
         atexit.register(self._at_exit)
@@ -178,7 +179,8 @@ class AgentTrace:
             )
             if not wanted:
                 return None
-        reader = PeriodicExportingMetricReader(_otlp_exporter("metrics"))
+        self.metric_exporter = CountingMetricExporter(_otlp("metrics"))
+        reader = PeriodicExportingMetricReader(self.metric_exporter)
         self.owned_meter_provider = MeterProvider(
             metric_readers=[reader], resource=self.provider.resource, shutdown_on_exit=False
         )
@@ -249,43 +251,67 @@ class AgentTrace:
         """Write every finished episode and span so far; True when all made it in time."""
         if not self.enabled or self._shut_down:
             return True
-        ok = all(p.force_flush(timeout_millis) for p in self.span_processors)
-        assert self.trajectory_processor is not None
-        ok = self.trajectory_processor.force_flush(timeout_millis) and ok
+        deadline = time.monotonic() + timeout_millis / 1000
+
+        def remaining() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        processor = self.trajectory_processor
+        assert processor is not None
+        ok = processor.force_flush(timeout_millis)
+        ok = processor.writer.flush_export(remaining()) and ok
         if self.owned_meter_provider is not None:
-            ok = self.owned_meter_provider.force_flush(timeout_millis) and ok
+            try:
+                ok = self.owned_meter_provider.force_flush(int(remaining() * 1000)) and ok
+            except Exception:
+                logger.debug("agenttrace: flushing the metrics failed", exc_info=True)
+                ok = False
         return ok
 
-    def shutdown(self, timeout_millis: int = 30_000) -> None:
+    def shutdown(self, timeout_millis: int | None = None) -> None:
         """Flush, write still-open episodes as incomplete, close files. Idempotent.
 
-        Everything shares one deadline, ``timeout_millis`` from now: what is not written or
-        sent by then is counted as lost (:meth:`stats`), never waited on longer. Then, unless
-        the ``exit_report`` setting is false, says on stderr in one line how many episodes
-        were written and where (:meth:`summary_line`). Runs by itself at exit, on SIGTERM and
-        when a worker process ends, with the ``exit_timeout`` setting as the deadline.
+        Everything shares one deadline, ``timeout_millis`` from now (the ``exit_timeout``
+        setting when not given): the writer (files first, then the span export and sinks
+        that send over the network) and the metrics' last export each get a share. Files are
+        always finished; what is not sent by then is counted (:meth:`stats`), never waited
+        on longer, and no exporter's failure is raised. Then, unless the ``exit_report``
+        setting is false, says on stderr in one line how many episodes were written and
+        where, and what did not reach the endpoint (:meth:`summary_line`). Runs by itself at
+        exit, on SIGTERM and when a worker process ends.
         """
         if self._shut_down:
             return
         self._shut_down = True
         atexit.unregister(self._at_exit)
+        if timeout_millis is None:
+            timeout_millis = int(self.settings.exit_timeout * 1000)
         deadline = time.monotonic() + timeout_millis / 1000
+        # The metrics' last export gets a share of its own: the writer (files first, then
+        # the span export) may use the rest, and a dead endpoint must not leave it none.
+        metrics_share = 0.0
+        if self.owned_meter_provider is not None:
+            metrics_share = min(_METRICS_EXIT_SHARE * timeout_millis / 1000, 1.0)
 
-        def remaining() -> int:
-            return max(0, int((deadline - time.monotonic()) * 1000))
+        def remaining(share: float = 0.0) -> int:
+            return max(0, int((deadline - share - time.monotonic()) * 1000))
 
-        if self.trajectory_processor is not None:
-            self.trajectory_processor.shutdown(remaining())
-        for processor in self.span_processors:
-            processor.shutdown(remaining())
+        _guarded("writing what is left", lambda: self._shutdown_processor(remaining(metrics_share)))
         if self.owns_provider:
-            self.provider.shutdown()
+            _guarded("shutting the TracerProvider down", self.provider.shutdown)
         if self.owned_meter_provider is not None:  # after the writer: its last episodes count
-            self.owned_meter_provider.shutdown(remaining())
+            provider = self.owned_meter_provider
+            if self.metric_exporter is not None:
+                self.metric_exporter.closing = True
+            _guarded("sending the last metrics", lambda: provider.shutdown(max(1, remaining())))
         # A forked child that exits normally runs this too; its counters start as a copy of
         # the parent's, so only the process that made the pipeline reports.
         if self.settings.exit_report and self.enabled and not _is_worker_process():
             self._say_where_written()
+
+    def _shutdown_processor(self, timeout_millis: int) -> None:
+        if self.trajectory_processor is not None:
+            self.trajectory_processor.shutdown(timeout_millis)
 
     def _stop_in_forked_child(self) -> None:
         """This is a forked child's copy of a parent's pipeline: its threads, helper process,
@@ -295,8 +321,6 @@ class AgentTrace:
         atexit.unregister(self._at_exit)
         if self.trajectory_processor is not None:
             self.trajectory_processor.stop_in_forked_child()
-        for processor in self.span_processors:
-            processor._closed = True
 
     def _for_forked_child(self) -> AgentTrace:
         """A pipeline for a forked child like this one, writing to a run folder of its own
@@ -328,10 +352,15 @@ class AgentTrace:
         not_sent = int(stats.get("spans_not_exported", 0) or 0)
         if not_sent:
             kept = " (all in the span file)" if self.span_paths else ""
+            why = _export_reasons(stats)
             lost.append(
                 f"{not_sent:,} span{'' if not_sent == 1 else 's'} not sent to the OTLP "
-                f"endpoint{kept}"
+                f"endpoint ({why}){kept}"
             )
+        exporter = self.metric_exporter
+        if exporter is not None and (exporter.failed or not exporter.exported):
+            why = f" ({exporter.last_error})" if exporter.last_error else ""
+            lost.append(f"episode metrics not sent to the OTLP endpoint{why}")
         scores = int(stats.get("scores_written", 0) or 0)
         if not (episodes or stats.get("spans_written", 0) or lost or scores):
             return None
@@ -393,15 +422,18 @@ class AgentTrace:
             "spans_failed_write", 0
         )
         # spans_exported, spans_not_exported (+ _queue_full, _export_failed, _endpoint_down,
-        # _at_shutdown), spans_pending: the OTLP endpoint's, apart from the losses above.
-        for name, value in export_counts(self.span_processors).items():
-            stats[f"spans_{name}"] = value
+        # _at_shutdown), spans_pending: the OTLP endpoint's (the writer sends them), apart
+        # from the losses above; export_content_*: what the export content policy changed.
+        for key in SPAN_EXPORT_COUNTERS:
+            stats.setdefault(key, 0)
         stats["spans_export_failed"] = stats["spans_not_exported_export_failed"]  # older name
-        policies = [p.exporter for p in self.span_processors]
-        policies = [e for e in policies if isinstance(e, ContentPolicyExporter)]
-        stats["export_content_truncated"] = sum(e.truncated for e in policies)
-        stats["export_content_blobs"] = sum(e.blobs for e in policies)
-        stats["export_content_blob_failures"] = sum(e.blob_failures for e in policies)
+        exporter = self.metric_exporter
+        stats["metrics_exported"] = exporter.exported if exporter is not None else 0
+        stats["metrics_not_exported"] = 0
+        if exporter is not None:
+            # After shutdown, a last export that never returned is not sent either.
+            unconfirmed = self._shut_down and not exporter.exported and not exporter.failed
+            stats["metrics_not_exported"] = exporter.failed + int(unconfirmed)
         # One figure for both places metrics can fail: summarizing (the writer) and recording.
         stats["metrics_failures"] = stats.pop("episodes_failed_metrics", 0) + (
             self.metrics.failures if self.metrics is not None else 0
@@ -533,54 +565,64 @@ def _choose_provider(
     return TracerProvider(resource=resource, shutdown_on_exit=False), True
 
 
-def _export_policy(settings: config.Settings) -> Callable[[Any], Any] | None:
-    """What wraps the backend span exporter (None for full content); the blob store is
-    opened here, before any processor is added, so a bad one fails configure() cleanly."""
-    policy = settings.export_content
-    if policy == "full":
-        return None
-    store = None
-    if policy == "ref":
+def _span_export_spec(settings: config.Settings) -> SpanExportSpec:
+    """How the writer sends spans over OTLP. A bad protocol or blob store fails here, in
+    configure(), before anything starts (the writer opens its own blob store)."""
+    environment = otel_environment()
+    try:
+        otlp_protocol("traces", environment)
+    except UnsupportedProtocol as exc:
+        raise config.ConfigError(str(exc)) from exc
+    if settings.export_content == "ref":
         try:
-            store = open_blob_store(settings.blob_store or "")
+            open_blob_store(settings.blob_store or "")
         except Exception as exc:
             raise config.ConfigError(
                 f"blob_store={settings.blob_store!r} (AGENTTRACE_BLOB_STORE): {exc}"
             ) from exc
-
-    def wrap(exporter: Any) -> ContentPolicyExporter:
-        return ContentPolicyExporter(
-            exporter, policy, max_bytes=settings.export_max_bytes, blob_store=store
-        )
-
-    return wrap
-
-
-#: Module and class of the OTLP exporter of each signal, under ...otlp.proto.{grpc,http}.
-_OTLP_EXPORTERS = {
-    "traces": ("trace_exporter", "OTLPSpanExporter"),
-    "metrics": ("metric_exporter", "OTLPMetricExporter"),
-}
-
-
-def _otlp_exporter(signal: str) -> Any:
-    """The OTLP exporter of ``signal`` for the protocol the OTEL_* variables name."""
-    protocol = (
-        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
+    return SpanExportSpec(
+        environment=environment,
+        content=settings.export_content,
+        max_bytes=settings.export_max_bytes,
+        blob_store=settings.blob_store,
+        max_queue=settings.queue_size,
     )
-    if protocol == "grpc":
-        transport = "grpc"
-    elif protocol in ("http/protobuf", "http"):
-        transport = "http"
-    else:
-        raise config.ConfigError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: agenttrace supports grpc and http/protobuf"
+
+
+def _otlp(signal: str) -> Any:
+    """The OTLP exporter of ``signal`` (a bad protocol is a ConfigError)."""
+    try:
+        return otlp_exporter(signal)
+    except UnsupportedProtocol as exc:
+        raise config.ConfigError(str(exc)) from exc
+
+
+#: The part of the exit deadline kept for the metrics' last export (at most 1 s).
+_METRICS_EXIT_SHARE = 0.2
+
+
+def _guarded(what: str, step: Callable[[], Any]) -> None:
+    """One step of the exit: its failure is logged (debug) and never raised."""
+    try:
+        step()
+    except Exception:
+        logger.debug("agenttrace: %s failed at shutdown", what, exc_info=True)
+
+
+def _export_reasons(stats: dict[str, Any]) -> str:
+    """``endpoint down: 1,200, at the exit deadline: 30``: why spans were not sent."""
+    parts = [
+        f"{label}: {int(stats.get(key, 0) or 0):,}"
+        for key, label in (
+            ("spans_not_exported_export_failed", "export failed"),
+            ("spans_not_exported_endpoint_down", "endpoint down"),
+            ("spans_not_exported_queue_full", "queue full"),
+            ("spans_not_exported_at_shutdown", "still queued at the exit deadline"),
         )
-    module_name, class_name = _OTLP_EXPORTERS[signal]
-    module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transport}.{module_name}")
-    return getattr(module, class_name)()
+        if stats.get(key)
+    ]
+    error = stats.get("span_export_error")
+    return ", ".join(parts) + (f"; {error}" if error else "")
 
 
 # --- the default instance -------------------------------------------------------------------

@@ -11,6 +11,7 @@ import base64
 import json
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -290,9 +291,16 @@ def tempo_route(records: list[SpanRecord], *, version: str = "2.6") -> Route:
 class OtlpReceiver:
     """An OTLP/HTTP protobuf receiver on 127.0.0.1 (a collector's front door): keeps the spans
     sent to /v1/traces, and the metrics (with their resource attributes) sent to /v1/metrics.
-    Stopped by its test."""
+    Stopped by its test.
 
-    def __init__(self) -> None:
+    ``delay`` seconds before each answer make it a slow collector (still healthy); a
+    ``status`` other than 200 (503, say, with ``retry_after`` seconds) makes it refuse every
+    request after reading it, keeping nothing.
+    """
+
+    def __init__(
+        self, *, delay: float = 0.0, status: int = 200, retry_after: float | None = None
+    ) -> None:
         from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
             ExportMetricsServiceRequest,
         )
@@ -304,11 +312,24 @@ class OtlpReceiver:
         self.trace_bodies: list[bytes] = []  # each /v1/traces request as it arrived
         self.metrics: dict[str, list[Any]] = {}  # by name, one entry per export
         self.resources: list[dict[str, str]] = []  # of each metrics export
+        self.requests = 0  # every POST, answered or refused
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as a collector answers
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests += 1
+                if delay:
+                    time.sleep(delay)
+                if status != 200:
+                    self.send_response(status)
+                    if retry_after is not None:
+                        self.send_header("Retry-After", str(retry_after))
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path == "/v1/traces":
                     receiver.trace_bodies.append(body)
                     traces = ExportTraceServiceRequest.FromString(body)
@@ -325,12 +346,14 @@ class OtlpReceiver:
                                 receiver.metrics.setdefault(metric.name, []).append(metric)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -341,6 +364,14 @@ class OtlpReceiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def refused_endpoint() -> str:
+    """An http://127.0.0.1 endpoint whose port refuses connections (nothing listens)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
 
 
 class BlackHole:

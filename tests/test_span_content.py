@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from backend_servers import OtlpReceiver
 from conftest import read_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -388,26 +389,55 @@ def test_settings_default_to_truncate_and_ref_needs_a_store(tmp_path) -> None:
         config.resolve(environ={}, export_max_bytes=0)
 
 
-def test_pipeline_wraps_only_the_backend_exporter(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
-    runtime = at.configure(out=str(tmp_path), spans=["file", "otlp"], export_max_bytes=512)
-    [processor] = runtime.span_processors
-    assert isinstance(processor.exporter, ContentPolicyExporter)
-    assert (processor.exporter.policy, processor.exporter.max_bytes) == ("truncate", 512)
+def _send_one_big_step(runtime: at.AgentTrace, text: str) -> None:
+    with at.episode(), at.timestep(), at.env_step() as step:
+        step.record(observation={"text": text}, reward=1.0)
     runtime.shutdown()
-    runtime = at.configure(out=str(tmp_path), spans=["file", "otlp"], export_content="full")
-    [processor] = runtime.span_processors
-    assert not isinstance(processor.exporter, ContentPolicyExporter)
-    runtime.shutdown()
-    store = tmp_path / "blobs"
-    runtime = at.configure(
-        out=str(tmp_path), spans=["otlp"], export_content="ref", blob_store=str(store)
-    )
-    [processor] = runtime.span_processors
-    assert isinstance(processor.exporter.blob_store, LocalBlobStore)
-    assert processor.exporter.blob_store.folder == store
-    runtime.shutdown()
-    assert runtime.stats()["export_content_blob_failures"] == 0
+
+
+def _received_observations(receiver: OtlpReceiver) -> list[str]:
+    return [
+        attribute.value.string_value
+        for span in receiver.spans
+        for attribute in span.attributes
+        if attribute.key == sc.OBSERVATION
+    ]
+
+
+def test_pipeline_applies_the_policy_to_the_backend_only(tmp_path, monkeypatch) -> None:
+    receiver = OtlpReceiver()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        big = "x" * 5_000
+        runtime = at.configure(out=str(tmp_path), spans=["file", "otlp"], export_max_bytes=512)
+        _send_one_big_step(runtime, big)
+        [sent] = _received_observations(receiver)
+        assert len(sent.encode()) <= 512 and sent != json.dumps({"text": big})
+        in_file = [
+            r.attributes[sc.OBSERVATION]
+            for r in read_otlp_json(runtime.span_paths)
+            if sc.OBSERVATION in r.attributes
+        ]
+        assert [json.loads(value)["text"] for value in in_file] == [big]  # the file is whole
+        assert runtime.stats()["export_content_truncated"] == 1
+        receiver.spans.clear()
+        runtime = at.configure(out=str(tmp_path), spans=["otlp"], export_content="full")
+        _send_one_big_step(runtime, big)
+        assert [json.loads(v)["text"] for v in _received_observations(receiver)] == [big]
+        receiver.spans.clear()
+        store = tmp_path / "blobs"
+        runtime = at.configure(
+            out=str(tmp_path), spans=["otlp"], export_content="ref", blob_store=str(store)
+        )
+        _send_one_big_step(runtime, big)
+        [sent] = _received_observations(receiver)
+        reference = parse_blob_reference(sent)
+        assert reference is not None
+        assert json.loads(LocalBlobStore(store).get(reference[0]))["text"] == big
+        stats = runtime.stats()
+        assert stats["export_content_blobs"] == 1 and stats["export_content_blob_failures"] == 0
+    finally:
+        receiver.stop()
 
 
 def test_pipeline_reports_a_blob_store_it_cannot_open(tmp_path, monkeypatch) -> None:

@@ -51,7 +51,7 @@ def test_no_otlp_exporter_is_added_to_a_provider_agenttrace_does_not_own(
     with at.episode():
         pass
     runtime.shutdown()
-    assert runtime.span_processors == []
+    assert runtime.stats()["spans_exported"] == 0
     assert collector.spans == []
 
 
@@ -76,7 +76,8 @@ def test_lossless_processor_makes_the_producer_wait_instead_of_dropping() -> Non
         with tracer.start_as_current_span(f"s{i}"):
             pass
     processor.shutdown()
-    assert exporter.names == [f"s{i}" for i in range(200)]
+    # (batches may be sent side by side, so in any order)
+    assert sorted(exporter.names) == sorted(f"s{i}" for i in range(200))
     assert processor.dropped == 0 and processor.exported == 200
 
 

@@ -1,9 +1,11 @@
 """The ``agenttrace`` command: ``demo`` runs the pipeline end to end, ``export`` rebuilds
 trajectories from stored spans, ``inspect`` summarizes trajectory files or shows chosen
-episodes step by step (:mod:`agenttrace.cli.episode_view`). docs/cli.md describes them all.
+episodes step by step (:mod:`agenttrace.cli.episode_view`), ``score`` records late scores.
+docs/cli.md describes them all.
 
-Exit codes: 0 success; 1 a run or a file problem (missing file, nothing readable, an episode
-id not found, episodes lost); 2 bad arguments or settings; 130 interrupted.
+Exit codes, the same for every command (:mod:`agenttrace.cli.exits`): 0 ok; 1 failed; 2 usage
+(bad arguments or settings); 3 partial (some records or episodes bad, the rest written); 130
+interrupted. A failure is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,16 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as _dt
-import gzip
 import json
 import math
 import os
 import random
-import re
 import shlex
 import sys
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,14 +36,23 @@ from agenttrace.cli import demo as demo_task
 from agenttrace.cli import episode_view
 from agenttrace.cli import export as export_command
 from agenttrace.cli import score as score_command
-from agenttrace.cli.export import int_at_least
+from agenttrace.cli.exits import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    Parser,
+    count,
+    error_text,
+    exit_epilog,
+)
+from agenttrace.cli.export_args import int_at_least
 from agenttrace.cli.summary import printable, render_summary, summarize
 from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
 from agenttrace.sinks.files import safe_filename, utf8_safe
-from agenttrace.storage.otlp_proto import is_length_prefixed
-from agenttrace.trajectory.model import SCHEMA, SCHEMA_NAME
+from agenttrace.storage import span_paths
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Bad records shown by ``inspect`` (all are counted).
 SHOWN_ERRORS = 5
 #: Counters of ``AgentTrace.stats()`` that are not losses or problems.
@@ -56,6 +64,7 @@ _NOT_LOSSES = frozenset(
         "spans_written",
         "spans_exported",
         "spans_pending",
+        "metrics_exported",
     }
 )
 
@@ -66,12 +75,13 @@ _non_negative_int = int_at_least(0, "0 or more")
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (separate from :func:`main` so docs and tests can inspect it)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="agenttrace",
         description="OpenTelemetry for agent episodes: traces for people, trajectories for "
         "training.",
-        epilog="Run 'agenttrace demo' to see it work end to end, then 'agenttrace inspect' "
-        "on the trajectories.jsonl it wrote.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run 'agenttrace demo' to see it work end to end, then 'agenttrace inspect'\n"
+        "on the trajectories.jsonl it wrote.\n\n" + exit_epilog(),
     )
     parser.add_argument("--version", action="version", version=f"agenttrace {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -84,9 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
         "asyncio. Writes trajectories.jsonl and spans.jsonl (OTLP/JSON) to a new run folder, "
         "then prints a summary read back from the files. No model, and no network unless "
         "OTEL_EXPORTER_OTLP_ENDPOINT is set: then spans and episode metrics go there too.",
-        epilog="Exit status: 0 success; 1 something was lost or could not be written; "
-        "2 bad arguments or settings; 130 interrupted (Ctrl-C: episodes in flight are "
-        "recorded as cancelled and the summary is still printed).",
+        epilog="Exit status: 0 success; 1 failed: the run folder could not be created, or "
+        "the trajectories file does not hold the episodes played; 2 bad arguments or "
+        "settings; 3 partial: the pipeline counted spans or episodes lost (each counter "
+        "named), the rest written; 130 interrupted (Ctrl-C: episodes in flight are recorded "
+        "as cancelled and the summary is still printed).",
     )
     demo.add_argument(
         "--episodes",
@@ -196,16 +208,27 @@ def _flagged(flag: str, text: str) -> Text:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agenttrace`` console script; returns the exit code."""
+    """Entry point of the ``agenttrace`` console script; returns the exit code.
+
+    Every failure is one line on stderr with the exit code of :mod:`agenttrace.cli.exits`:
+    argparse's errors (2), bad settings (2), a missing optional package (1, naming the extra
+    that installs it), Ctrl-C (130). Anything else unexpected is one line too (1), except
+    under pytest, where it is raised so the tests see the bug.
+    """
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse exits on --help, --version and bad arguments
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     if args.command is None:
-        parser.print_help(sys.stderr)
+        print(
+            f"agenttrace: error: no command given: choose one of {', '.join(commands(parser))} "
+            "(see: agenttrace --help)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     out, err = consoles()
+    where = f"agenttrace {args.command}"
     try:
         if args.command == "demo":
             return run_demo(args, out, err)
@@ -215,11 +238,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             return score_command.run(args, out, err)
         return run_inspect(args, out, err)
     except config.ConfigError as exc:
-        err.print(f"agenttrace {args.command}: error: {exc}")
+        err.print(f"{where}: error: {exc}")
         return EXIT_USAGE
     except BrokenPipeError:  # the reader went away (| head): stop quietly, as rich does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILURE
+    except KeyboardInterrupt:
+        err.print(f"{where}: interrupted")
+        return EXIT_INTERRUPTED
+    except ImportError as exc:  # a missing optional package
+        err.print(f"{where}: error: {error_text(exc)}")
+        return EXIT_FAILURE
+    except Exception as exc:
+        if os.environ.get("PYTEST_CURRENT_TEST"):
+            raise
+        err.print(
+            f"{where}: error: unexpected {type(exc).__name__}: {printable(str(exc))} "
+            "(a bug in agenttrace: please report it with the command line)"
+        )
+        return EXIT_FAILURE
+
+
+def commands(parser: argparse.ArgumentParser) -> list[str]:
+    """The names of the subcommands, in the order --help lists them."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if isinstance(action, argparse._SubParsersAction):
+            return list(action.choices)
+    return []
 
 
 # --- demo ------------------------------------------------------------------------------------
@@ -260,7 +305,7 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         err.print(f"agenttrace demo: error: cannot create the run folder: {exc}")
         return EXIT_FAILURE
     out.print(
-        f"agenttrace demo: {args.episodes} episodes of 'reach the target', "
+        f"agenttrace demo: {count(args.episodes, 'episode')} of 'reach the target', "
         f"{concurrency} at a time, seed {seed}"
     )
     interrupted = False
@@ -287,7 +332,8 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     summary = summarize(stream())
     finished = sum(outcome.outcomes.values())
     out.print(
-        f"Ran {finished} episodes in {ran:.2f} s ({finished / max(ran, 1e-9):.1f} episodes/s); "
+        f"Ran {count(finished, 'episode')} in {ran:.2f} s "
+        f"({finished / max(ran, 1e-9):.1f} episodes/s); "
         f"{total:.2f} s with writing the files. "
         f"Tool failures caught: {outcome.outcomes.get('errored', 0)}."
     )
@@ -301,17 +347,31 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     stats = runtime.stats()
     for line in _backend_lines(runtime, stats):
         out.print(line)
-    problems = _report_losses(stats, out)
+    losses = _report_losses(stats, out)
     for error in read_errors:
         out.print(_flagged("UNREADABLE", str(error)))
-        problems += 1
+        losses += 1
     if interrupted:
         out.print("Interrupted: the episodes cut short are recorded as cancelled.")
         return EXIT_INTERRUPTED
-    problems += _check_against_runner(outcome, written, out)
-    if not problems and runtime.trajectory_paths:
+    mismatches = _check_against_runner(outcome, written, out)
+    if not (losses or mismatches) and runtime.trajectory_paths:
         out.print(f"Next: agenttrace inspect {runtime.trajectory_paths[0]}")
-    return EXIT_FAILURE if problems else EXIT_OK
+    if mismatches or not written:  # the run lost track of its episodes, or wrote none
+        err.print(
+            f"agenttrace demo: error: the trajectories file does not hold the episodes this "
+            f"run played ({count(mismatches, 'mismatch', 'mismatches')}, above)"
+            if mismatches
+            else "agenttrace demo: error: no episode could be read back from the trajectories file"
+        )
+        return EXIT_FAILURE
+    if losses:
+        err.print(
+            f"agenttrace demo: partial: {count(losses, 'loss or problem', 'losses or problems')} "
+            "counted (above); the rest is written"
+        )
+        return EXIT_PARTIAL
+    return EXIT_OK
 
 
 def _backend_lines(runtime: at.AgentTrace, stats: dict[str, Any]) -> list[str]:
@@ -322,8 +382,12 @@ def _backend_lines(runtime: at.AgentTrace, stats: dict[str, Any]) -> list[str]:
         where = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
         lines.append(f"{'exported:':<14}{stats['spans_exported']} spans over OTLP to {where}")
     if runtime.owned_meter_provider is not None:
+        # "Sent" only of what the endpoint accepted (the last export runs at shutdown).
         where = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint)
-        lines.append(f"{'metrics:':<14}episode metrics sent over OTLP to {where}")
+        if stats.get("metrics_exported") and not stats.get("metrics_not_exported"):
+            lines.append(f"{'metrics:':<14}episode metrics sent over OTLP to {where}")
+        else:
+            lines.append(f"{'metrics:':<14}episode metrics NOT sent over OTLP to {where}")
     elif runtime.metrics is not None:
         lines.append(f"{'metrics:':<14}episode metrics recorded on your MeterProvider")
     return lines
@@ -384,13 +448,13 @@ def _check_against_runner(
     missing = outcome.episode_ids - set(written)
     duplicated = len(written) - len(set(written))
     unknown = set(written) - outcome.episode_ids
-    for count, what in (
-        (len(missing), "episodes run but missing from the trajectories file"),
-        (duplicated, "episodes written more than once"),
-        (len(unknown), "episodes in the file that this run did not play"),
+    for number, what in (
+        (len(missing), "run but missing from the trajectories file"),
+        (duplicated, "written more than once"),
+        (len(unknown), "in the file that this run did not play"),
     ):
-        if count:
-            out.print(_flagged("MISMATCH", f"{count} {what}"))
+        if number:
+            out.print(_flagged("MISMATCH", f"{count(number, 'episode')} {what}"))
             problems += 1
     statuses: dict[str, int] = {}
     for _, status in episodes:
@@ -444,7 +508,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
             summary = summarize(trajectories)
             seen.read = summary.episodes
     except (FileNotFoundError, ImportError) as exc:  # ImportError: .parquet without pyarrow
-        err.print(f"agenttrace inspect: error: {exc}")
+        err.print(f"agenttrace inspect: error: {printable(error_text(exc))}")
         return EXIT_FAILURE
     if errors.count and not seen.read:
         # Say what the files are instead; the record errors only when that says nothing.
@@ -452,14 +516,14 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
         described = {path: describe_file(path) for path in paths}
         if not all(described.values()):
             export_command.print_skipped(err, errors.count, errors.shown(), "bad record")
-        plural = "s" if errors.count != 1 else ""
-        err.print(
-            "agenttrace inspect: error: no trajectory could be read "
-            f"({errors.count} bad record{plural})"
-        )
-        for path, what in described.items():
-            if what:
-                err.print(printable(f"  {path}: {what}"))
+        said = [f"{path}: {what}" for path, what in described.items() if what]
+        bad = count(errors.count, "bad record")
+        line = f"agenttrace inspect: error: no trajectory could be read ({bad})"
+        if len(said) == 1:  # the usual case, one file: all in one line
+            line, said = f"{line}: {said[0]}", []
+        err.print(printable(line))
+        for what in said:
+            err.print(printable(f"  {what}"))
         return EXIT_FAILURE
     if not viewing:
         if args.json:
@@ -467,14 +531,16 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
             data["bad_records"] = errors.count
             print(json.dumps(_finite(data), allow_nan=False))
         else:
-            out.print(f"agenttrace inspect: {seen.read} episodes from {_sources(args.files)}")
+            out.print(
+                f"agenttrace inspect: {count(seen.read, 'episode')} from {_sources(args.files)}"
+            )
             render_summary(summary, out)
     export_command.print_skipped(err, errors.count, errors.shown(), "bad record")
     if not viewing:
         return EXIT_OK
     if not args.json:
         out.print(
-            f"agenttrace inspect: {shown} of {seen.read} episodes shown "
+            f"agenttrace inspect: {shown:,} of {count(seen.read, 'episode')} shown "
             f"({_criteria(args, keep)}) from {_sources(args.files)}"
         )
     missing = [episode_id for episode_id in sorted(wanted) if episode_id not in seen.found]
@@ -488,7 +554,7 @@ def run_inspect(args: argparse.Namespace, out: Console, err: Console) -> int:
             hint = "the files hold no episode"
         err.print(
             f"agenttrace inspect: error: episode {episode_id!r} not found among the "
-            f"{seen.read} episodes in {_sources(args.files)}; {printable(hint)}"
+            f"{count(seen.read, 'episode')} in {_sources(args.files)}; {printable(hint)}"
         )
     return EXIT_FAILURE if missing else EXIT_OK
 
@@ -520,78 +586,38 @@ def _criteria(args: argparse.Namespace, keep: export_command.EpisodeFilter) -> s
     return printable("; ".join(parts))
 
 
-#: Bytes read to tell what a file that gave no trajectory is.
-SNIFF_BYTES = 64 * 1024
-
-
 def describe_file(path: str) -> str | None:
-    """What a file that gave no trajectory looks like, from its first bytes; None: trajectories.
+    """What a file that gave no trajectory looks like, from its first bytes
+    (:func:`agenttrace.storage.span_paths.sniff`); None: trajectories, or cannot tell.
 
     Span files (OTLP/JSON lines with "resourceSpans", the Collector's protobuf) and chat-format
     exports are named, with what to do instead; anything else is described as found.
     """
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(SNIFF_BYTES)
-        if head[:2] == b"\x1f\x8b":
-            with gzip.open(path, "rb") as handle:
-                head = handle.read(SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return None
-    span_file = (
-        "this is a span file ({}); rebuild trajectories with: agenttrace export --from "
-        f"{shlex.quote(path)} --out trajectories.jsonl"
-    )
-    chat = (
-        "this is an export in chat format (one row per model call, as 'agenttrace export "
-        "--format chat' writes), not trajectories"
-    )
-    if head.startswith(b"PAR1"):
-        try:
-            import pyarrow.parquet as pq
-
-            keys = pq.read_schema(path).names
-        except Exception:  # no pyarrow, or a damaged file: the load errors say more
-            return None
-        if "messages" in keys:
-            return chat
-        if "schema" in keys and "episode_id" in keys:
-            return None
-        return f"a Parquet file without the trajectory columns (its columns: {', '.join(keys[:8])})"
-    if is_length_prefixed(head):
-        return span_file.format("the Collector's OTLP protobuf")
-    text = head.decode("utf-8", "replace").lstrip()
-    first = text.split("\n", 1)[0]
-    if not text:
-        return None
-    if text[0] not in "{[":
-        if "\x00" in text[:512] or "\ufffd" in text[:512]:
-            return "binary data, not JSON lines"
-        return f"not JSON: it starts with {first[:40]!r}"
-    try:
-        record = json.loads(first)
-    except ValueError:  # a line longer than the bytes read, or a JSON file over several lines
-        record = None
-    if isinstance(record, list) and record:  # a .json file holding a list
-        record = record[0]
-    if record is not None and not isinstance(record, dict):
-        return f"JSON whose records are not objects (the first is {first[:40]!r})"
-    keys = list(record) if record is not None else re.findall(r'"([^"\\]{1,60})"\s*:', text)
-    if "resourceSpans" in keys or "resource_spans" in keys:
-        return span_file.format("OTLP/JSON lines")
-    if "messages" in keys and ("reward" in keys or "return" in keys):
-        return chat
-    if not keys:
-        return f"not JSON: it starts with {first[:40]!r}"
-    schema = record.get("schema") if record is not None else None
-    if "schema" in keys and (record is None or str(schema).startswith(SCHEMA_NAME + "/")):
-        return None  # trajectories; the load errors say what is wrong with them
-    if schema is not None:
-        return f"JSON with the schema tag {schema!r}, not {SCHEMA!r}"
-    return (
-        f'JSON without the trajectory schema tag ("schema": "{SCHEMA}"); its first '
-        f"record has the keys {', '.join(keys[:8])}"
-    )
+    found = span_paths.sniff(path)
+    if found.is_spans:
+        kind = "OTLP/JSON lines"
+        if found.kind == span_paths.SPANS_PROTO:
+            kind = "the Collector's OTLP protobuf"
+        return (
+            f"this is a span file ({kind}); rebuild trajectories with: agenttrace export --from "
+            f"{shlex.quote(path)} --out trajectories.jsonl"
+        )
+    if found.kind == span_paths.CHAT:
+        return (
+            "this is an export in chat format (one row per model call, as 'agenttrace export "
+            "--format chat' writes), not trajectories"
+        )
+    if found.kind == span_paths.SCORES:
+        return (
+            "this is a scores file (late scores: loaders merge it with the trajectories beside "
+            "it), not trajectories"
+        )
+    if found.kind == span_paths.TABLE and found.columns:
+        columns = ", ".join(found.columns)
+        return f"a Parquet file without the trajectory columns (its columns: {columns})"
+    if found.kind in (span_paths.JSON, span_paths.UNSURE, span_paths.TEXT, span_paths.BINARY):
+        return found.detail
+    return None  # trajectories (the load errors say what is wrong with them), or unknown
 
 
 class _BadRecords:

@@ -101,6 +101,11 @@ class BackgroundWorker:
             self._wake.set()
         return True
 
+    def wake(self) -> None:
+        """Have the thread handle what is queued now instead of at its next tick."""
+        if not self._wake.is_set():
+            self._wake.set()
+
     def _wait_for_room(self) -> bool:
         if self._block_timeout <= 0 or self._stopping:
             return False

@@ -21,6 +21,7 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
+from agenttrace.processing.export_queue import call_bounded, short_reason, watch_exporter_logs
 from agenttrace.trajectory.model import Trajectory
 
 logger = logging.getLogger("agenttrace")
@@ -106,6 +107,55 @@ def summarize(trajectory: Trajectory) -> EpisodeSummary:
         step_durations,
         llm_calls,
     )
+
+
+class CountingMetricExporter:
+    """A MetricExporter (the SDK's OTLP one, say) that counts its exports, so the exit line
+    says "sent" only of what was sent. The periodic reader reads its preferences and calls
+    ``export``, ``force_flush`` and ``shutdown``: they are the inner exporter's.
+
+    What the inner exporter logs while exporting is kept as ``last_error`` (agenttrace's exit
+    line reports it). Once ``closing`` is set, its first line stops it: a refused or failing
+    endpoint does not hold the exit for the exporter's whole retry window.
+    """
+
+    def __init__(self, exporter: Any) -> None:
+        self.exporter = exporter
+        self._preferred_temporality = exporter._preferred_temporality
+        self._preferred_aggregation = exporter._preferred_aggregation
+        self.exported = 0  # exports the endpoint accepted
+        self.failed = 0  # exports that failed or raised
+        self.last_error = ""
+        self.closing = False
+        self._stopped = False
+
+    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> Any:
+        try:
+            with watch_exporter_logs(self._exporter_said):
+                result = self.exporter.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception:
+            self.failed += 1
+            raise
+        if getattr(result, "name", None) == "SUCCESS":
+            self.exported += 1
+            self.last_error = ""
+        else:
+            self.failed += 1
+        return result
+
+    def _exporter_said(self, message: str) -> None:
+        self.last_error = self.last_error or short_reason(message)
+        if self.closing and not self._stopped:
+            self._stopped = True
+            call_bounded(self.exporter.shutdown, 0.5)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.exporter.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self.exporter.shutdown(*args, **kwargs)
 
 
 class EpisodeMetrics:

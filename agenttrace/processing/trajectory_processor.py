@@ -42,6 +42,7 @@ from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.metrics import EpisodeMetrics
 from agenttrace.processing.writer import (
     DEFAULT_MAX_EPISODE_BYTES,
+    SPAN_EXPORT_COUNTERS,
     EpisodeSpans,
     EpisodeWriter,
     FinishedEpisode,
@@ -392,6 +393,8 @@ class TrajectoryProcessor(SpanProcessor):
             self._count("episodes_dropped_queue_full")
         elif self._flush_each_episode and not expired:
             self._worker.flush(self._block_timeout)
+        else:
+            self._worker.wake()  # an ended episode is written now, not at the next tick
 
     # --- writer thread ---------------------------------------------------------------------
 
@@ -479,9 +482,10 @@ class TrajectoryProcessor(SpanProcessor):
         if still_open:
             self._count("episodes_open_at_shutdown", len(still_open))
         self._closed = True
+        deadline = time.monotonic() + timeout_millis / 1000
         self._worker.shutdown(timeout_millis / 1000)
         try:
-            self.writer.close()
+            self.writer.close(max(0.0, deadline - time.monotonic()))
         except Exception:
             self._internal_error("close")
         losses = (*_LOSS_COUNTERS, *_WRITER_COUNTERS)
@@ -525,6 +529,9 @@ class TrajectoryProcessor(SpanProcessor):
         stats["scores_written"] = report.get("scores_written", 0)
         stats["scores_malformed"] = report.get("scores_malformed", 0)
         stats["internal_errors"] = counts.get("internal_errors", 0) + self._worker.errors
+        for key in SPAN_EXPORT_COUNTERS:  # the OTLP endpoint's, when the writer sends spans
+            stats[key] = report.get(key, 0)
+        stats["span_export_error"] = report.get("span_export_error", "")
         return stats
 
     @property

@@ -12,12 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from agenttrace.processing.export_queue import COUNTERS as EXPORT_COUNTERS
+from agenttrace.processing.export_queue import call_bounded
 from agenttrace.processing.metrics import EpisodeSummary, summarize
+from agenttrace.processing.record_export import RecordSpanExporter, SpanExportSpec
 from agenttrace.semconv import SCORE
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.jsonl import JsonlSink
@@ -74,6 +78,7 @@ class SinkSpec(NamedTuple):
 class WriterSpec(NamedTuple):
     sinks: tuple[SinkSpec, ...] = ()
     span_file: Mapping[str, Any] | None = None  # OtlpJsonLinesWriter options, or no span file
+    span_export: SpanExportSpec | None = None  # spans to the OTLP endpoint, or not sent
     score_folder: str | None = None  # where late scores go (scores.jsonl), or nowhere
     summaries: bool = False  # summarize each episode for metrics (processing.metrics)
     max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
@@ -124,21 +129,35 @@ REPORT_COUNTERS = (
 )
 
 
+#: The span export's counters in a report: ``spans_`` + each of export_queue.COUNTERS, and
+#: what the export content policy changed.
+SPAN_EXPORT_COUNTERS = (
+    *(f"spans_{name}" for name in EXPORT_COUNTERS),
+    "export_content_truncated",
+    "export_content_blobs",
+    "export_content_blob_failures",
+)
+
+
 def empty_report() -> dict[str, Any]:
-    report: dict[str, Any] = dict.fromkeys(REPORT_COUNTERS, 0)
+    report: dict[str, Any] = dict.fromkeys((*REPORT_COUNTERS, *SPAN_EXPORT_COUNTERS), 0)
     report.update(statuses={}, sink_errors={}, trajectory_paths=[], span_paths=[])
+    report["span_export_error"] = ""  # why the last failed span export failed
     return report
 
 
 def merge_reports(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
     """Two writers' reports as one (a helper process that died, then its local stand-in)."""
     merged = empty_report()
-    for key in REPORT_COUNTERS:
+    for key in (*REPORT_COUNTERS, *SPAN_EXPORT_COUNTERS):
         merged[key] = first.get(key, 0) + second.get(key, 0)
     for key in ("statuses", "sink_errors"):
         merged[key] = dict(Counter(first.get(key, {})) + Counter(second.get(key, {})))
     for key in ("trajectory_paths", "span_paths"):
         merged[key] = list(dict.fromkeys([*first.get(key, ()), *second.get(key, ())]))
+    merged["span_export_error"] = second.get("span_export_error") or first.get(
+        "span_export_error", ""
+    )
     return merged
 
 
@@ -148,7 +167,8 @@ def sampled_count(records: Iterable[SpanRecord]) -> int:
 
 
 class EpisodeWriter:
-    """Writes span records to the span file and finished episodes to the sinks."""
+    """Writes span records to the span file (and sends them to the OTLP endpoint) and
+    finished episodes to the sinks."""
 
     def __init__(
         self,
@@ -158,8 +178,10 @@ class EpisodeWriter:
         on_summary: Callable[[EpisodeSummary], None] | None = None,
         max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES,
         score_log: ScoreLog | None = None,
+        span_export: RecordSpanExporter | None = None,
     ) -> None:
         self.sinks = list(sinks)
+        self.span_export = span_export
         # Scores of episodes written already (or rebuilt elsewhere): records loaders merge.
         self.score_log = score_log
         self.max_episode_bytes = max_episode_bytes
@@ -180,7 +202,8 @@ class EpisodeWriter:
 
     @property
     def writes_spans(self) -> bool:
-        return self.span_writer is not None
+        """Whether it wants every span (for the span file or the OTLP endpoint)."""
+        return self.span_writer is not None or self.span_export is not None
 
     @property
     def commit_sink(self) -> JsonlSink | None:
@@ -213,6 +236,7 @@ class EpisodeWriter:
                 built.append(span_writer)
             for sink_spec in spec.sinks:
                 built.append(build_sink(sink_spec))
+            span_export = RecordSpanExporter(spec.span_export) if spec.span_export else None
         except BaseException:
             for output in built:  # a later sink failed to open: release what did open
                 with contextlib.suppress(Exception):
@@ -225,6 +249,7 @@ class EpisodeWriter:
             on_summary=on_summary,
             max_episode_bytes=spec.max_episode_bytes,
             score_log=ScoreLog(spec.score_folder) if spec.score_folder else None,
+            span_export=span_export,
         )
 
     def write(self, items: list[WriterItem]) -> None:
@@ -337,10 +362,14 @@ class EpisodeWriter:
 
     def _write_spans(self, records: list[SpanRecord]) -> None:
         writer = self.span_writer
-        if writer is None:
+        if writer is None and self.span_export is None:
             return
         sampled = [record for record in records if record.sampled]
         if not sampled:
+            return
+        if self.span_export is not None:
+            self.span_export.write(sampled)
+        if writer is None:
             return
         try:
             writer.write(sampled)
@@ -358,12 +387,36 @@ class EpisodeWriter:
             except Exception as exc:
                 self._output_failed(output, exc)
 
-    def close(self) -> None:
+    def flush_export(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the spans so far to reach the OTLP endpoint
+        (not at all while it is down); True when they did or there is no export."""
+        if self.span_export is None:
+            return True
+        return self.span_export.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close every output. ``timeout`` bounds what goes over the network (the span
+        export and sinks that send, such as OTLP logs), which gets the time the files leave;
+        files are always finished."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        remote = [o for o in self._outputs() if getattr(o, "sends_over_network", False)]
         for output in self._outputs():
-            try:
-                output.close()
-            except Exception as exc:
-                self._output_failed(output, exc)
+            if output not in remote:
+                self._close(output)
+        for output in remote:
+            if deadline is None:
+                self._close(output)
+            else:
+                call_bounded(lambda o=output: self._close(o), deadline - time.monotonic())
+        if self.span_export is not None:
+            left = 60.0 if deadline is None else max(0.0, deadline - time.monotonic())
+            self.span_export.close(left)
+
+    def _close(self, output: Any) -> None:
+        try:
+            output.close()
+        except Exception as exc:
+            self._output_failed(output, exc)
 
     def report(self) -> dict[str, Any]:
         """Counters, statuses written, sink errors and the files written so far."""
@@ -377,6 +430,11 @@ class EpisodeWriter:
         ]
         if self.span_writer is not None:
             report["span_paths"] = [str(path) for path in self.span_writer.paths]
+        if self.span_export is not None:
+            for name, value in self.span_export.counts().items():
+                report[f"spans_{name}"] = value
+            report.update(self.span_export.content_counts())
+            report["span_export_error"] = self.span_export.queue.last_error
         for output in self._outputs():
             report["torn_lines_cut"] += getattr(output, "torn_lines_cut", 0)
             report["torn_bytes_cut"] += getattr(output, "torn_bytes_cut", 0)

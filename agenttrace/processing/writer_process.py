@@ -26,10 +26,15 @@ that is in it is counted lost, and none is written twice.
 
 Messages are ``(operation, writer id, payload)`` tuples, marshalled (pickled if they hold
 other objects), each framed by an 8-byte length. Parent to helper: open, write, flush,
-close. Helper to parent: opened, progress (after every write batch), flushed, closed and log.
-The replies to open, write, flush and close carry the writer's state: its report, the items
-written, the file positions and the episode summaries for the metrics (recorded in the
+flush_export (with a timeout), close (with the time the network may take). Helper to
+parent: opened, progress (after every write batch), flushed, export_flushed, closed and log.
+The replies carry the writer's state: its report (with the span export's counters), the
+items written, the file positions and the episode summaries for the metrics (recorded in the
 parent, where the MeterProvider is).
+
+With a span export, the helper also sends the span records to the OTLP endpoint
+(:mod:`agenttrace.processing.record_export`): a slow or dead endpoint holds records here,
+not in the program. Spans it had queued when it died are not sent (the span file has them).
 """
 
 from __future__ import annotations
@@ -393,6 +398,7 @@ class RemoteWriter:
         self._gone = threading.Event()
         self._takeover_lock = threading.Lock()
         self._closed = False
+        self._export_flushed = False
         self._connect()
 
     def _reset_state(self) -> None:
@@ -411,7 +417,8 @@ class RemoteWriter:
 
     @property
     def writes_spans(self) -> bool:
-        return self._spec.span_file is not None
+        """Whether it wants every span (for the span file or the OTLP endpoint)."""
+        return self._spec.span_file is not None or self._spec.span_export is not None
 
     @property
     def in_helper_process(self) -> bool:
@@ -453,6 +460,8 @@ class RemoteWriter:
         else the state (see :func:`_state`)."""
         if operation == "opened":
             self._open_error, state = payload
+        elif operation == "export_flushed":
+            self._export_flushed, state = payload
         else:
             state = payload
         if state is not None:
@@ -489,7 +498,7 @@ class RemoteWriter:
 
     def _keep(self, items: list[WriterItem]) -> None:
         """Remember items just sent, until the helper confirms them."""
-        writes_spans = self.writes_spans
+        writes_spans = self._spec.span_file is not None  # (their keys: in the span file)
         with self._state_lock:
             unconfirmed = self._unconfirmed
             for item in items:
@@ -707,20 +716,37 @@ class RemoteWriter:
         assert self._local is not None
         self._local.flush()
 
+    def flush_export(self, timeout: float) -> bool:
+        """See :meth:`EpisodeWriter.flush_export`."""
+        if self._spec.span_export is None:
+            return True
+        if self._usable_remote():
+            self._export_flushed = False
+            try:
+                self._request("flush_export", timeout, timeout + _REPLY_SLACK)
+            except HelperUnavailable:
+                return False
+            return self._export_flushed
+        assert self._local is not None
+        return self._local.flush_export(timeout)
+
     def close(self, timeout: float | None = 60.0) -> None:
+        """Finish the files and close the writer; ``timeout`` bounds what goes over the
+        network (see :meth:`EpisodeWriter.close`) and the wait for the helper's reply."""
         if self._closed:
             return
         self._closed = True
         if self._usable_remote():
             try:
-                self._request("close", None, timeout)
+                wait = None if timeout is None else timeout + _REPLY_SLACK
+                self._request("close", timeout, wait)
                 self._helper.unregister(self._id)
                 return
             except HelperUnavailable:
                 if self._usable_remote():
                     return  # timed out: the helper finishes the files when it gets to them
         assert self._local is not None
-        self._local.close()
+        self._local.close(timeout)
 
     def report(self) -> dict[str, Any]:
         with self._state_lock:
@@ -736,7 +762,14 @@ def _ignore(error: Exception) -> None:
     pass
 
 
-_REPLY_TO = {"open": "opened", "flush": "flushed", "close": "closed"}
+_REPLY_TO = {
+    "open": "opened",
+    "flush": "flushed",
+    "flush_export": "export_flushed",
+    "close": "closed",
+}
+#: Seconds a reply may take beyond the timeout the helper was given (files, the pipe).
+_REPLY_SLACK = 2.0
 
 
 # --- helper side ------------------------------------------------------------------------------
@@ -844,9 +877,14 @@ def _handle(
             done[writer_id] += len(payload)
     elif operation == "flush":
         writer.flush()
+    elif operation == "flush_export":
+        flushed = writer.flush_export(payload)
+        state = _state(writer, done[writer_id], pending[writer_id])
+        send(("export_flushed", writer_id, (flushed, state)))
+        return
     elif operation == "close":
         del writers[writer_id]
-        writer.close()
+        writer.close(payload)
     state = _state(writer, done[writer_id], pending[writer_id])
     if operation == "close":
         del pending[writer_id], done[writer_id]

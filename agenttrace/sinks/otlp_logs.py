@@ -134,6 +134,9 @@ class OtlpLogSink:
     reason. Header values are never logged.
     """
 
+    #: Closing it sends over the network: the writer bounds it by the exit deadline.
+    sends_over_network = True
+
     def __init__(
         self,
         *,
