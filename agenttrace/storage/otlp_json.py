@@ -43,6 +43,7 @@ from agenttrace.storage.errors import (  # (defined there, for the value checks;
     warn,
 )
 from agenttrace.storage.span_checks import check_values
+from agenttrace.storage.span_paths import resolve_span_paths, rotation_order
 from agenttrace.trajectory.codec import MAX_DEPTH
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord, described, left_out
 
@@ -1637,73 +1638,21 @@ def _line_records(
 # --------------------------------------------------------------------------------------------
 
 _SPAN_FILE = re.compile(r"[^.].*\.(json|jsonl|ndjson)(\.gz)?", re.IGNORECASE)
-_ROTATED = re.compile(r"(.+?)(?:-(\d+))?((?:\.[A-Za-z0-9]+)*)")
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 #: Bytes looked at to tell a length-prefixed file from text lines (a whole first frame).
 _SNIFF_BYTES = 1 << 16
 _READ_BUFFER = 1 << 20  # lines are export batches of up to megabytes; 8 KiB reads cost time
-
-
-def _file_order(path: Path) -> tuple[str, str, int, str]:
-    # spans.jsonl, spans-00001.jsonl, spans-00002.jsonl ... (a plain sort puts "-" before ".")
-    match = _ROTATED.fullmatch(path.name)
-    if match is None:  # pragma: no cover - the pattern matches every name
-        return (str(path.parent), path.name, -1, "")
-    stem, number, suffix = match.groups()
-    return (str(path.parent), stem, int(number) if number else -1, suffix)
+#: Rotation order: spans.jsonl, spans-00001.jsonl, ... and the Collector's timestamped backups.
+_file_order = rotation_order
 
 
 def _directory_files(folder: Path) -> list[Path]:
+    # (resolve_span_paths keeps those that hold spans: a run's trajectories.jsonl is left out)
     return sorted(
         (p for p in folder.iterdir() if _SPAN_FILE.fullmatch(p.name) and p.is_file()),
         key=_file_order,
     )
-
-
-def _has_magic(text: str) -> bool:
-    return any(c in text for c in "*?[")
-
-
-def resolve_span_paths(
-    source: Source,
-    *,
-    folder_files: Callable[[Path], list[Path]],
-    order: Callable[[Path], Any],
-    kind: str,
-) -> list[Path]:
-    """The files ``source`` names: a file, a folder (``folder_files`` of it), a glob, or a
-    list of these, each file once, in rotation ``order`` within a glob. Every reader of span
-    files resolves its source here; ``kind`` names the files in the errors."""
-    if isinstance(source, (list, tuple)):
-        paths: dict[Path, None] = {}  # ordered, each file once
-        for item in source:
-            paths.update(
-                dict.fromkeys(
-                    resolve_span_paths(item, folder_files=folder_files, order=order, kind=kind)
-                )
-            )
-        return list(paths)
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError("span source must be a path, a glob or a list of them, got %r" % source)
-    path = Path(source)
-    if path.is_dir():
-        files = folder_files(path)
-        if not files:
-            raise FileNotFoundError("no %s in folder %s" % (kind, path))
-        return files
-    if path.is_file():
-        return [path]
-    if isinstance(source, str) and _has_magic(source):
-        import glob
-
-        found: list[Path] = []
-        for match in sorted(glob.glob(source, recursive=True)):
-            found.extend(folder_files(Path(match)) if os.path.isdir(match) else [Path(match)])
-        if not found:
-            raise FileNotFoundError("no span files match %r" % source)
-        return sorted(dict.fromkeys(found), key=order)
-    raise FileNotFoundError("no such span file or folder: %s" % os.fspath(source))
 
 
 def _resolve(source: Source) -> list[Path]:

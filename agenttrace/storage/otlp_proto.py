@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -55,6 +54,7 @@ from agenttrace.storage.otlp_json import (
     warn,
 )
 from agenttrace.storage.span_checks import check_values
+from agenttrace.storage.span_paths import rotation_order
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
 
 __all__ = [
@@ -75,12 +75,9 @@ _ZSTD_HINT = install_hint("zstd")
 #: File suffixes a directory is always read for; other files only if their first bytes sniff
 #: as length-prefixed (the Collector's ``path`` can be anything, ``./traces`` or ``x.json``).
 _SUFFIXES = frozenset({".pb", ".proto", ".binpb", ".bin", ".otlp", ".zst", ".zstd"})
-# The Collector's rotation (lumberjack, timberjack) renames full files with a timestamp
-# (``spans-2024-05-01T10-00-00.000.pb``, timberjack may add a reason or put it last) and keeps
-# writing to ``path``: backups are older than the file without a timestamp.
-_BACKUP_TIME = re.compile(r"-(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)(?:-[a-z]+)?")
-# agenttrace's own rotation counts up instead: spans.pb, spans-00001.pb, ... (oldest first).
-_COUNTER = re.compile(r"(.+?)-(\d+)((?:\.[A-Za-z0-9]+)*)")
+# The Collector's rotation renames full files with a timestamp and keeps writing to ``path``;
+# agenttrace's counts up (spans.pb, spans-00001.pb): storage.span_paths.rotation_order.
+_rotation_order = rotation_order
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,20 +514,6 @@ class _Decompressed(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         return self._reader.readinto1(buffer)
-
-
-def _rotation_order(path: Path) -> tuple[str, str, int, str, int]:
-    """Sort key: each series' timestamped backups (oldest first), then its file without one,
-    then agenttrace-style counters (``-00001``)."""
-    name = path.name
-    match = _BACKUP_TIME.search(name)
-    if match:
-        series = name[: match.start()] + name[match.end() :]
-        return (str(path.parent), series, 0, match.group(1), 0)
-    match = _COUNTER.fullmatch(name)
-    if match:
-        return (str(path.parent), match.group(1) + match.group(3), 1, "", int(match.group(2)))
-    return (str(path.parent), name, 1, "", -1)
 
 
 def _sniff(path: Path) -> bool:

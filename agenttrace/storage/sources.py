@@ -5,7 +5,8 @@
 ===========================================  ==================================================
 ``spans/`` ``spans.jsonl`` ``'run*/spans*'``  span files: OTLP/JSON lines (gzip too) or the
                                              Collector's length-prefixed protobuf, told apart
-                                             by their first bytes
+                                             by their first bytes; a folder gives its span
+                                             files only (storage.span_paths)
 ``jaeger+http://host:16686``                  Jaeger query API v3 (``?api=v1`` for the old one)
 ``tempo+http://host:3200``                    Tempo (TraceQL search, then each trace)
 ``phoenix+http://host:6006/PROJECT``          Phoenix project ``PROJECT``
@@ -17,7 +18,6 @@ search, so only matching traces are fetched; files are read whole and filtered a
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,18 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from agenttrace.storage.errors import ReadPosition
-from agenttrace.storage.otlp_json import (
-    ErrorHandler,
-    read_otlp_json,
-    resolve_span_paths,
-    warn,
-)
-from agenttrace.storage.otlp_json import _file_order as file_order
+from agenttrace.storage.otlp_json import ErrorHandler, read_otlp_json, warn
 from agenttrace.storage.span_checks import check_values
+from agenttrace.storage.span_paths import NotSpanFileError, all_files, resolve_span_paths
 from agenttrace.trajectory.records import SpanRecord
 
 BACKEND_SCHEMES = ("jaeger", "tempo", "phoenix")
-_SPAN_FILE = re.compile(r"[^.].*\.(json|jsonl|ndjson|pb|proto|bin)(\.gz|\.zst)?", re.IGNORECASE)
 
 
 class SourceError(ValueError):
@@ -92,17 +86,18 @@ def open_source(text: str, options: SourceOptions | None = None) -> SpanSource:
 
 
 def span_files(text: str) -> list[Path]:
-    """The files a path, folder or glob names, in rotation order (FileNotFoundError if none).
+    """The span files a path, folder or glob names, in rotation order (FileNotFoundError if
+    none; SourceError for a file that holds something else, such as trajectories).
 
-    A folder gives its span files: OTLP/JSON (``.json``, ``.jsonl``, ``.ndjson``) and the
-    Collector's protobuf (``.pb``, ``.proto``, ``.bin``), each optionally ``.gz``/``.zst``.
+    A folder gives the files in it that hold spans, whatever their names: agenttrace's
+    ``spans*.jsonl`` parts, the Collector's OTLP/JSON lines and length-prefixed protobuf
+    (gzip, zstd, rotated); never the trajectories, step tables, scores or other outputs
+    beside them (:mod:`agenttrace.storage.span_paths`).
     """
-    return resolve_span_paths(text, folder_files=_folder_files, order=file_order, kind="span files")
-
-
-def _folder_files(folder: Path) -> list[Path]:
-    files = (p for p in folder.iterdir() if _SPAN_FILE.fullmatch(p.name) and p.is_file())
-    return sorted(files, key=file_order)
+    try:
+        return resolve_span_paths(text, folder_files=all_files, kind="span files")
+    except NotSpanFileError as exc:
+        raise SourceError(str(exc)) from None
 
 
 def _files(text: str, options: SourceOptions) -> SpanSource:
