@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 from cartpole_plain import policy
@@ -84,14 +86,29 @@ class _CountingExporter(SpanExporter):
 def run_raw_sdk(env, steps: int, batch: list[int] | None = None) -> tuple[int, int]:
     """The raw SDK loop; with ``batch`` (a list to append to), a BatchSpanProcessor instead of
     a SimpleSpanProcessor, and the number of spans its full queue dropped is appended."""
-    provider = TracerProvider()
     counting = _CountingExporter()
     if batch is None:
-        provider.add_span_processor(SimpleSpanProcessor(_NullExporter()))
+        processor = SimpleSpanProcessor(_NullExporter())
     else:
-        provider.add_span_processor(BatchSpanProcessor(counting))
+        processor = BatchSpanProcessor(counting)
+    done_steps, episodes = play_raw_sdk(env, steps, processor)
+    if batch is not None:
+        batch.append(2 * episodes + 3 * done_steps - counting.exported)  # (dropped spans)
+    return done_steps, episodes
+
+
+def play_raw_sdk(
+    env, steps: int, processor: Any, longest: list[float] | None = None
+) -> tuple[int, int]:
+    """agenttrace's span shape and attributes made with the raw SDK, through ``processor``
+    on a provider of its own, shut down at the end; (steps, episodes). ``longest`` gets the
+    longest single step in seconds appended."""
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
     tracer = provider.get_tracer("bench")
     done_steps = episodes = 0
+    slowest = 0.0
+    clock = time.perf_counter
     while done_steps < steps:
         episode_id = uuid.uuid4().hex
         ids = {sc.EPISODE_ID: episode_id}
@@ -102,6 +119,7 @@ def run_raw_sdk(env, steps: int, batch: list[int] | None = None) -> tuple[int, i
             done = False
             index = total = 0
             while not done:
+                started = clock()
                 attrs = {sc.EPISODE_ID: episode_id, sc.TIMESTEP_INDEX: index}
                 with tracer.start_as_current_span(sc.TIMESTEP, attributes=attrs):
                     with tracer.start_as_current_span(sc.AGENT_ACT, attributes=attrs) as span:
@@ -121,6 +139,7 @@ def run_raw_sdk(env, steps: int, batch: list[int] | None = None) -> tuple[int, i
                                 sc.DONE: terminated or truncated,
                             }
                         )
+                slowest = max(slowest, clock() - started)
                 total += reward
                 done = terminated or truncated
                 done_steps += 1
@@ -130,8 +149,8 @@ def run_raw_sdk(env, steps: int, batch: list[int] | None = None) -> tuple[int, i
             )
         episodes += 1
     provider.shutdown()
-    if batch is not None:
-        batch.append(2 * episodes + 3 * done_steps - counting.exported)  # (dropped spans)
+    if longest is not None:
+        longest.append(slowest)
     return done_steps, episodes
 
 

@@ -498,6 +498,7 @@ def short_reason(message: str) -> str:
         if text.startswith(prefix):
             text = text[len(prefix) :]
     text = re.split(r" encountered while exporting| retrying in ", text)[0].rstrip(" ,.")
+    text = re.sub(r"^\w+ batch due to ", "", text)  # "... batch due to timeout, max retries"
     return text if len(text) <= 160 else text[:157] + "..."
 
 
