@@ -313,6 +313,8 @@ class OtlpReceiver:
         self.metrics: dict[str, list[Any]] = {}  # by name, one entry per export
         self.resources: list[dict[str, str]] = []  # of each metrics export
         self.requests = 0  # every POST, answered or refused
+        self.in_flight = self.most_in_flight = 0  # requests being answered at once
+        lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -320,7 +322,17 @@ class OtlpReceiver:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests += 1
+                with lock:
+                    receiver.requests += 1
+                    receiver.in_flight += 1
+                    receiver.most_in_flight = max(receiver.most_in_flight, receiver.in_flight)
+                try:
+                    self._answer(body)
+                finally:
+                    with lock:
+                        receiver.in_flight -= 1
+
+            def _answer(self, body: bytes) -> None:
                 if delay:
                     time.sleep(delay)
                 if status != 200:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from backend_servers import OtlpReceiver
+from backend_servers import OtlpReceiver, refused_endpoint
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -100,3 +101,51 @@ def test_lossless_processor_counts_what_it_finally_drops() -> None:
     processor.shutdown()
     assert processor.dropped > 0
     assert processor.exported + processor.dropped == 10
+
+
+def test_a_slow_collector_loses_nothing_however_slow(tmp_path, monkeypatch) -> None:
+    """Each request takes 0.3 s to answer (well within the exporter's timeout) while the loop
+    makes spans far faster than one batch per 0.3 s carries: batches go side by side and
+    every span arrives; nothing is given up for slowness."""
+    slow = OtlpReceiver(delay=0.3)
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", slow.endpoint)
+        runtime = at.configure(out=str(tmp_path), queue_size=16_384)
+        for _ in range(50):
+            with at.episode():
+                for _ in range(100):
+                    with at.timestep(), at.env_step() as step:
+                        step.record(reward=1.0)
+        made = 50 * (1 + 2 * 100)
+        assert runtime.force_flush(60_000)
+        runtime.shutdown()
+        stats = runtime.stats()
+        assert stats["spans_not_exported"] == 0, stats
+        assert stats["spans_exported"] == made == len(slow.spans)
+        assert slow.most_in_flight >= 2  # batches went side by side once the queue backed up
+    finally:
+        slow.stop()
+
+
+def test_the_exporters_retry_lines_stay_out_of_the_programs_log(tmp_path, monkeypatch, caplog):
+    """With the writer in this process, the SDK exporter's lines made on agenttrace's export
+    threads become agenttrace's reason; the program's log gets agenttrace's lines only."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", refused_endpoint())
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
+    with caplog.at_level(logging.INFO):
+        runtime = at.configure(out=str(tmp_path), writer="thread", metrics="none")
+        with at.episode(), at.timestep(), at.env_step() as step:
+            step.record(reward=1.0)
+        started = time.monotonic()
+        runtime.shutdown()
+        took = time.monotonic() - started
+    assert took < 2.0  # the first refused attempt ended the wait (exit deadline: 5 s)
+    stats = runtime.stats()
+    assert stats["spans_not_exported"] == 3 and stats["spans_exported"] == 0
+    assert stats["span_export_error"] == "Connection refused"
+    assert all(r.name == "agenttrace" for r in caplog.records), [
+        (r.name, r.getMessage()) for r in caplog.records
+    ]
+    assert "3 spans not sent to the OTLP endpoint (export failed: 3; Connection refused)" in (
+        runtime.summary_line() or ""
+    )
