@@ -360,7 +360,9 @@ SETTINGS: tuple[Setting, ...] = (
         5.0,
         "Seconds agenttrace may take at interpreter exit, on SIGTERM and when a worker process "
         "ends to write and send what it holds (finished and open episodes, spans queued for "
-        "the OTLP endpoint). What is not done by then is counted and reported in the exit line.",
+        "the OTLP endpoint, the last metrics export), all of it within this one deadline; "
+        "files are finished first. What is not done by then is counted and reported in the "
+        "exit line.",
     ),
     Setting(
         "exit_report",

@@ -47,12 +47,10 @@ import logging
 import marshal
 import os
 import pickle
-import signal
 import struct
 import subprocess
 import sys
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -91,7 +89,7 @@ _HEADER = struct.Struct("!Q")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _BOOT = (
     "import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-    "from agenttrace.processing.writer_process import serve; serve()"
+    "from agenttrace.processing.writer_helper import serve; serve()"
 )
 
 
@@ -99,7 +97,7 @@ class HelperUnavailable(RuntimeError):
     """The helper process could not be started or has gone away."""
 
 
-def _send_frame(stream: BinaryIO, message: Any) -> None:
+def send_frame(stream: BinaryIO, message: Any) -> None:
     try:
         data = b"m" + marshal.dumps(message)  # plain data: several times faster than pickle
     except ValueError:  # an object marshal does not know (e.g. a Path in a spec)
@@ -121,7 +119,7 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
     return bytes(buffer)
 
 
-def _read_frame(stream: BinaryIO) -> Any | None:
+def read_frame(stream: BinaryIO) -> Any | None:
     header = _read_exactly(stream, _HEADER.size)
     if header is None:
         return None
@@ -131,7 +129,7 @@ def _read_frame(stream: BinaryIO) -> Any | None:
     return marshal.loads(data[1:]) if data[:1] == b"m" else pickle.loads(data[1:])
 
 
-def _to_wire(items: list[WriterItem]) -> list[Any]:
+def to_wire(items: list[WriterItem]) -> list[Any]:
     """Items as plain tuples and lists (marshal takes no named tuples): a list for spans
     outside episodes, a pair for an open episode's spans, a 5-tuple for a finished one."""
     wire: list[Any] = []
@@ -154,7 +152,7 @@ def _to_wire(items: list[WriterItem]) -> list[Any]:
     return wire
 
 
-def _from_wire(wire: list[Any]) -> list[WriterItem]:
+def from_wire(wire: list[Any]) -> list[WriterItem]:
     items: list[WriterItem] = []
     for item in wire:
         if type(item) is list:
@@ -255,7 +253,7 @@ class _Helper:
         assert stdin is not None
         try:
             with self._send_lock:
-                _send_frame(stdin, message)
+                send_frame(stdin, message)
         except (OSError, ValueError) as exc:  # broken pipe, or closed after a crash
             self._died()
             raise HelperUnavailable(str(exc)) from exc
@@ -266,7 +264,7 @@ class _Helper:
         assert stdout is not None
         try:
             while True:
-                message = _read_frame(stdout)
+                message = read_frame(stdout)
                 if message is None:
                     break
                 operation, writer_id, payload = message
@@ -694,7 +692,7 @@ class RemoteWriter:
     def write(self, items: list[WriterItem]) -> None:
         if self._usable_remote():
             try:
-                self._send(("write", self._id, _to_wire(items)))
+                self._send(("write", self._id, to_wire(items)))
             except HelperUnavailable:
                 self._usable_remote()  # switches to local; these items were not sent
             else:
@@ -770,123 +768,3 @@ _REPLY_TO = {
 }
 #: Seconds a reply may take beyond the timeout the helper was given (files, the pipe).
 _REPLY_SLACK = 2.0
-
-
-# --- helper side ------------------------------------------------------------------------------
-
-
-class _ForwardLogs(logging.Handler):
-    def __init__(self, send: Callable[[Any], None]) -> None:
-        super().__init__(logging.DEBUG)
-        self._send = send
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-            if record.exc_info:
-                text += "\n" + logging.Formatter().formatException(record.exc_info)
-            self._send(("log", 0, (record.levelno, text)))
-        except Exception:
-            self.handleError(record)
-
-
-def serve() -> None:
-    """The helper's main loop: read requests until the parent closes its end of the pipe."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent; we finish files
-    # (started from an agenttrace thread, it inherited a mask that blocks SIGTERM: undo it)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    replies = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)  # anything printed goes to stderr, never into the reply pipe
-    requests = os.fdopen(0, "rb", buffering=0)
-    send_lock = threading.Lock()
-
-    gone = []  # non-empty once the parent stopped reading (it was killed): keep writing
-
-    def send(message: Any) -> None:
-        if gone:
-            return
-        with send_lock:
-            try:
-                _send_frame(replies, message)
-            except OSError:
-                gone.append(True)
-
-    agenttrace_logger = logging.getLogger("agenttrace")
-    agenttrace_logger.addHandler(_ForwardLogs(send))
-    agenttrace_logger.setLevel(logging.DEBUG)
-    agenttrace_logger.propagate = False
-    warnings.showwarning = lambda message, category, *args, **kwargs: send(
-        ("log", 0, (logging.WARNING, f"{category.__name__}: {message}"))
-    )
-
-    writers: dict[int, EpisodeWriter] = {}
-    pending: dict[int, list[EpisodeSummary]] = {}  # summaries not yet sent, by writer
-    done: dict[int, int] = {}  # items written, by writer
-    while True:
-        message = _read_frame(requests)
-        if message is None:
-            break
-        operation, writer_id, payload = message
-        try:
-            _handle(operation, writer_id, payload, writers, pending, done, send)
-        except Exception:
-            agenttrace_logger.exception("agenttrace: the writer process failed at %s", operation)
-    for writer in writers.values():  # the parent went away: finish what we have
-        writer.close()
-
-
-def _state(writer: EpisodeWriter, items: int, summaries: list[EpisodeSummary]) -> dict[str, Any]:
-    """What a reply tells the parent: the writer's report, how many items it has written and
-    where its span file and commit sink end after them, and the summaries not yet sent."""
-    state = {
-        "report": writer.report(),
-        "items": items,
-        "positions": writer.positions(),
-        "summaries": summaries[:],
-    }
-    summaries.clear()
-    return state
-
-
-def _handle(
-    operation: str,
-    writer_id: int,
-    payload: Any,
-    writers: dict[int, EpisodeWriter],
-    pending: dict[int, list[EpisodeSummary]],
-    done: dict[int, int],
-    send: Callable[[Any], None],
-) -> None:
-    if operation == "open":
-        summaries = pending[writer_id] = []
-        done[writer_id] = 0
-        try:
-            writer = writers[writer_id] = EpisodeWriter.from_spec(
-                payload, on_summary=summaries.append if payload.summaries else None
-            )
-        except Exception as exc:
-            send(("opened", writer_id, (f"{type(exc).__name__}: {exc}", None)))
-        else:
-            send(("opened", writer_id, (None, _state(writer, 0, summaries))))
-        return
-    writer = writers[writer_id]
-    if operation == "write":
-        try:
-            writer.write(_from_wire(payload))
-        finally:
-            done[writer_id] += len(payload)
-    elif operation == "flush":
-        writer.flush()
-    elif operation == "flush_export":
-        flushed = writer.flush_export(payload)
-        state = _state(writer, done[writer_id], pending[writer_id])
-        send(("export_flushed", writer_id, (flushed, state)))
-        return
-    elif operation == "close":
-        del writers[writer_id]
-        writer.close(payload)
-    state = _state(writer, done[writer_id], pending[writer_id])
-    if operation == "close":
-        del pending[writer_id], done[writer_id]
-    reply = {"write": "progress", "flush": "flushed", "close": "closed"}[operation]
-    send((reply, writer_id, state))
