@@ -28,7 +28,13 @@ from typing import Any
 from agenttrace.storage.errors import ReadPosition
 from agenttrace.storage.otlp_json import ErrorHandler, read_otlp_json, warn
 from agenttrace.storage.span_checks import check_values
-from agenttrace.storage.span_paths import NotSpanFileError, all_files, resolve_span_paths
+from agenttrace.storage.span_paths import (
+    NOT_SPANS,
+    all_files,
+    not_spans_message,
+    resolve_span_paths,
+    sniff,
+)
 from agenttrace.trajectory.records import SpanRecord
 
 BACKEND_SCHEMES = ("jaeger", "tempo", "phoenix")
@@ -92,12 +98,14 @@ def span_files(text: str) -> list[Path]:
     A folder gives the files in it that hold spans, whatever their names: agenttrace's
     ``spans*.jsonl`` parts, the Collector's OTLP/JSON lines and length-prefixed protobuf
     (gzip, zstd, rotated); never the trajectories, step tables, scores or other outputs
-    beside them (:mod:`agenttrace.storage.span_paths`).
+    beside them (:mod:`agenttrace.storage.span_paths`). A file named directly that holds one
+    of those is refused in one line saying what it is (SourceError).
     """
-    try:
-        return resolve_span_paths(text, folder_files=all_files, kind="span files")
-    except NotSpanFileError as exc:
-        raise SourceError(str(exc)) from None
+    if Path(text).is_file():
+        found = sniff(text)
+        if found.kind in NOT_SPANS:
+            raise SourceError(not_spans_message(text, found))
+    return resolve_span_paths(text, folder_files=all_files, kind="span files")
 
 
 def _files(text: str, options: SourceOptions) -> SpanSource:

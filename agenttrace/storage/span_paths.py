@@ -10,8 +10,10 @@ file for what it holds, from its first bytes (:func:`sniff`):
   whatever their names). The trajectories, step tables, scores, chat rows and other outputs
   that share a run folder with them are left alone, without a word;
 * a **glob** the same, over the files it matches;
-* a **file** that is one of those outputs instead (or JSON of another kind) is refused with
-  one :class:`NotSpanFileError` that says what it is and what reads it.
+* a **file** named directly is read as it is (a reader reports each line it cannot read).
+  ``--from`` (:func:`agenttrace.storage.sources.span_files`) first refuses one that holds one
+  of those outputs instead, in one line saying what it is and what reads it
+  (:func:`not_spans_message`).
 
 ``agenttrace inspect`` uses :func:`sniff` too, to say what a file that holds no trajectory is.
 """
@@ -51,7 +53,7 @@ EMPTY = "empty"
 UNREADABLE = "unreadable"  # could not be opened or decompressed: the reader says why
 UNSURE = "unsure"  # JSON whose first record could not be read whole (too long, too deep)
 
-#: Kinds that are certainly not spans: a folder or glob leaves them out, a file is refused.
+#: Kinds that are certainly not spans: a folder or glob leaves them out, --from refuses them.
 NOT_SPANS = frozenset({TRAJECTORIES, CHAT, SCORES, TABLE, JSON})
 #: The first keys of an OTLP/JSON document (logs and metrics may share a Collector's file).
 _OTLP_KEYS = frozenset(
@@ -75,11 +77,6 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _BACKUP_TIME = re.compile(r"-(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)(?:-[a-z]+)?")
 # agenttrace's own rotation counts up instead: spans.jsonl, spans-00001.jsonl, ... (oldest first).
 _COUNTER = re.compile(r"(.+?)-(\d+)((?:\.[A-Za-z0-9]+)*)")
-
-
-class NotSpanFileError(ValueError):
-    """A file given as spans that holds something else (trajectories, chat rows, scores, a
-    Parquet table, other JSON); the message says what it is and what reads it."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +177,7 @@ def _parquet(path: PathLike) -> FileKind:
     return FileKind(TABLE, f"a Parquet file (its columns: {', '.join(columns)})", columns)
 
 
-#: What each kind of file that is not spans is, and what reads it (for NotSpanFileError).
+#: What each kind of file that is not spans is, and what reads it (not_spans_message).
 _WHAT_READS = {
     TRAJECTORIES: "a trajectories file (episodes agenttrace already rebuilt), not spans: "
     "read it with: agenttrace inspect {path} (in Python: load_trajectories)",
@@ -230,8 +227,8 @@ def resolve_span_paths(
 ) -> list[Path]:
     """The span files ``source`` names: a file, a folder (those of ``folder_files`` of it that
     hold spans), a glob (the same), or a list of these, each file once, in rotation ``order``.
-    ``kind`` names the files in the errors. FileNotFoundError when there are none;
-    :class:`NotSpanFileError` for a file given by name that holds something else."""
+    ``kind`` names the files in the errors; FileNotFoundError when there are none. A file
+    named directly is returned as it is, whatever it holds."""
     if isinstance(source, (list, tuple)):
         paths: dict[Path, None] = {}  # ordered, each file once
         for item in source:
@@ -251,9 +248,6 @@ def resolve_span_paths(
             raise FileNotFoundError(_no_span_files(path, kind, candidates))
         return files
     if path.is_file():
-        found = sniff(path)
-        if found.kind in NOT_SPANS:
-            raise NotSpanFileError(not_spans_message(path, found))
         return [path]
     if isinstance(source, str) and any(c in source for c in "*?["):
         import glob
