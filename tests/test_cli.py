@@ -202,7 +202,7 @@ def test_demo_refuses_a_run_folder_that_holds_a_run(tmp_path, capsys):
         (["demo", "--seed", "-1"], "must be 0 or more"),
         (["inspect"], "the following arguments are required: FILE"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
-        ([], "usage: agenttrace"),
+        ([], "no command given: choose one of demo, inspect, export, score"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(tmp_path, capsys, monkeypatch, argv, message):

@@ -401,7 +401,9 @@ def test_an_install_hint_in_an_error_prints_literally(demo_run, tmp_path, capsys
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     code, out, err = export(capsys, "--from", str(spans), "--out", str(tmp_path / "t.parquet"))
     assert code == 1
-    assert "pip install 'otel-agenttrace[parquet]'" in err
+    assert "missing optional package pyarrow (the 'parquet' extra)" in err
+    assert "pip install 'pyarrow>=16', or from a clone of the repository: " in err
+    assert "pip install -e '.[parquet]'" in err  # (literally: no markup ate the brackets)
     assert out == "" and list(tmp_path.iterdir()) == []
 
 

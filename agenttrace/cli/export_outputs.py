@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agenttrace.sinks.minari_dataset import MinariSpacesError as DatasetError
+from agenttrace.sinks.minari_dataset import why_not_minari
 from agenttrace.sinks.single_file import SingleFileWriter
 from agenttrace.sinks.step_tables import StepTablesFolder
 from agenttrace.storage.errors import SpanDecodeError, SpanFormatError
@@ -44,6 +46,7 @@ class ExportReport:
     filtered: Counter = field(default_factory=Counter)  # reason -> episodes left out
     without_llm_calls: int = 0  # chat format: episodes that gave no rows
     unwritable: int = 0  # episodes the output format could not hold (the others go on)
+    first_unwritable: list[str] = field(default_factory=list)
     parts: Counter = field(default_factory=Counter)  # --split: part -> episodes
     late_scores: Counter = field(default_factory=Counter)  # kept (True) / no place (False)
     counts: Any = None  # AssemblyCounts
@@ -128,13 +131,18 @@ def emitter(fmt: str, kind: str, writer: Any, report: ExportReport, per: str = "
             skipped = getattr(writer, "skipped", 0)
             try:
                 writer.write(trajectory)
+            except DatasetError:  # the whole output cannot be written (Minari's spaces)
+                raise
             except ValueError as exc:  # this episode's values only: the others go on
                 report.unwritable += 1
-                if len(report.first_errors) < SHOWN_ERRORS:
-                    report.first_errors.append(str(exc))
+                if len(report.first_unwritable) < SHOWN_ERRORS:
+                    report.first_unwritable.append(str(exc))
                 return
             if getattr(writer, "skipped", 0) > skipped:  # (no Minari episode: no steps...)
                 report.unwritable += 1
+                if len(report.first_unwritable) < SHOWN_ERRORS:
+                    why = why_not_minari(trajectory) or "not a Minari episode"
+                    report.first_unwritable.append(f"episode {trajectory.episode_id}: {why}")
                 return
             report.written[trajectory.status] += 1
             report.lossy += bool(trajectory.lossy)

@@ -354,22 +354,23 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
     if interrupted:
         out.print("Interrupted: the episodes cut short are recorded as cancelled.")
         return EXIT_INTERRUPTED
-    mismatches = _check_against_runner(outcome, written, out)
-    if not (losses or mismatches) and runtime.trajectory_paths:
+    missing, mismatches = _check_against_runner(outcome, written, out)
+    if not (losses or missing or mismatches) and runtime.trajectory_paths:
         out.print(f"Next: agenttrace inspect {runtime.trajectory_paths[0]}")
-    if mismatches or not written:  # the run lost track of its episodes, or wrote none
+    if mismatches or (missing and not losses) or not written:
+        # Episodes duplicated, unknown or with other statuses, or lost without a counter
+        # saying so: the pipeline lost track of them.
+        what = count(mismatches + bool(missing), "mismatch", "mismatches")
         err.print(
-            f"agenttrace demo: error: the trajectories file does not hold the episodes this "
-            f"run played ({count(mismatches, 'mismatch', 'mismatches')}, above)"
-            if mismatches
-            else "agenttrace demo: error: no episode could be read back from the trajectories file"
+            "agenttrace demo: error: no episode could be read back from the trajectories file"
+            if not written
+            else f"agenttrace demo: error: the trajectories file does not hold the episodes "
+            f"this run played ({what}, above)"
         )
         return EXIT_FAILURE
-    if losses:
-        err.print(
-            f"agenttrace demo: partial: {count(losses, 'loss or problem', 'losses or problems')} "
-            "counted (above); the rest is written"
-        )
+    if losses:  # (episodes missing from the file are among the losses counted)
+        problems = count(losses, "loss or problem", "losses or problems")
+        err.print(f"agenttrace demo: partial: {problems} counted (above); the rest is written")
         return EXIT_PARTIAL
     return EXIT_OK
 
@@ -441,8 +442,9 @@ def _report_losses(stats: dict[str, Any], out: Console) -> int:
 
 def _check_against_runner(
     outcome: demo_task.RunOutcome, episodes: list[tuple[str, str]], out: Console
-) -> int:
-    """Compare the file with what the runner saw: every episode once, same outcomes."""
+) -> tuple[int, int]:
+    """Compare the file with what the runner saw: every episode once, same outcomes.
+    Returns (episodes missing from the file, other mismatches)."""
     problems = 0
     written = [episode_id for episode_id, _ in episodes]
     missing = outcome.episode_ids - set(written)
@@ -455,7 +457,7 @@ def _check_against_runner(
     ):
         if number:
             out.print(_flagged("MISMATCH", f"{count(number, 'episode')} {what}"))
-            problems += 1
+            problems += what != "run but missing from the trajectories file"
     statuses: dict[str, int] = {}
     for _, status in episodes:
         statuses[status] = statuses.get(status, 0) + 1
@@ -468,7 +470,7 @@ def _check_against_runner(
             )
         )
         problems += 1
-    return problems
+    return len(missing), problems
 
 
 # --- inspect ---------------------------------------------------------------------------------

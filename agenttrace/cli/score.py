@@ -20,17 +20,31 @@ from typing import Any
 from rich.console import Console
 
 import agenttrace as at
+from agenttrace.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_PARTIAL, count
 from agenttrace.trajectory.scores import REWARD, checked_score
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 SHOWN_ERRORS = 5
+#: ``agenttrace score --help`` (plain text: help shows no markup).
+DESCRIPTION = (
+    "Record scores given after the episodes (a grader's CSV, a labelling tool's JSON lines) "
+    "as 'score' spans, exactly as agenttrace.score() does. Each row needs episode_id and "
+    "value; name (default: reward), step and comment are optional. A bad row is named on "
+    "stderr and skipped; the others are recorded. Where the spans and score records go is "
+    "the usual configuration (AGENTTRACE_OUT, OTEL_EXPORTER_OTLP_ENDPOINT, ...)."
+)
+EPILOG = (
+    "Exit status: 0 every row recorded; 1 the file does not exist or cannot be read, or no "
+    "row was recorded; 2 bad arguments; 3 partial: some rows were not scores (each named), "
+    "the others recorded."
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "score",
         help="record late scores (verifier, judge, human) from a CSV or JSON-lines file",
-        description=__doc__.split("\n\n")[0].replace("``", "'"),
+        description=DESCRIPTION,
+        epilog=EPILOG,
     )
     parser.add_argument(
         "--from",
@@ -77,8 +91,9 @@ def _step(value: Any) -> Any:
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     path = Path(args.source)
     if not path.is_file():
-        err.print(f"agenttrace score: error: {path} is not a file")
-        return EXIT_USAGE
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        err.print(f"agenttrace score: error: {path} {what}")
+        return EXIT_FAILURE
     recorded, bad, errors = 0, 0, []
     runtime = at.configure()  # (from AGENTTRACE_* and OTEL_* as any traced program)
     try:
@@ -114,10 +129,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     for line in errors:
         err.print(f"agenttrace score: {line}")
     if bad > len(errors):
-        err.print(f"agenttrace score: ... {bad - len(errors)} more bad rows")
+        err.print(f"agenttrace score: ... {count(bad - len(errors), 'more bad row')}")
     if not recorded:
         err.print(f"agenttrace score: error: no score recorded from {path}")
         return EXIT_FAILURE
-    skipped = f", {bad} bad rows skipped" if bad else ""
-    out.print(f"agenttrace score: {recorded} scores recorded from {path}{skipped}")
-    return EXIT_OK
+    skipped = f", {count(bad, 'bad row')} skipped" if bad else ""
+    out.print(f"agenttrace score: {count(recorded, 'score')} recorded from {path}{skipped}")
+    return EXIT_PARTIAL if bad else EXIT_OK

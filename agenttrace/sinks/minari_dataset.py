@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,12 @@ logger = logging.getLogger("agenttrace")
 
 #: Episodes buffered before they are written to the dataset.
 EPISODES_PER_WRITE = 64
+
+
+class MinariSpacesError(ValueError):
+    """The dataset's spaces cannot be known: no environment, no spaces given, and values no
+    gymnasium space holds (text, chat messages). Nothing can be written; the message says
+    what to give instead."""
 
 
 def _minari() -> Any:
@@ -128,6 +135,48 @@ def infer_space(values: Sequence[Any]) -> Any:
     )
 
 
+def _inferred(values: Sequence[Any], what: str) -> Any:
+    """:func:`infer_space` of the episodes' ``what``, or MinariSpacesError saying what to give."""
+    try:
+        return infer_space(values)
+    except ValueError:
+        first = values[0] if values else None
+        while isinstance(first, dict) and first:  # (the value a Dict space could not hold)
+            first = next(iter(first.values()))
+        raise MinariSpacesError(
+            f"Minari needs a gymnasium space for the {what}, and none holds values like "
+            f"{_short(first)} ({type(first).__name__}): give a registered gymnasium env id "
+            "(--env ID, or env=) or the spaces (observation_space=, action_space=); text and "
+            "chat episodes belong in step tables or chat rows (--format steps, --format chat)"
+        ) from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+#: Minari's notes about metadata nobody gave (author, code_permalink, ...): not for the user.
+_METADATA_NOTE = "is set to None"
+_said: set[str] = set()
+
+
+@contextlib.contextmanager
+def _minari_warnings(dataset_id: str) -> Iterator[None]:
+    """Minari's own warnings during a call, routed: its notes about unset metadata go to the
+    debug log; any other is one line on the ``agenttrace`` logger, once per message."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        text = str(warning.message).split("\n", 1)[0]
+        if _METADATA_NOTE in text:
+            logger.debug("agenttrace: Minari dataset %s: %s", dataset_id, text)
+        elif text not in _said:
+            _said.add(text)
+            logger.warning("agenttrace: Minari dataset %s: Minari says: %s", dataset_id, text)
+
+
 def _registered(env_name: Any) -> bool:
     if not isinstance(env_name, str):
         return False
@@ -175,6 +224,8 @@ class MinariSink:
         self.episodes_per_write = max(1, episodes_per_write)
         self.description = description
         self.skipped = 0  # trajectories that could not be Minari episodes
+        #: Log the first one left out (the export command names them itself).
+        self.log_skips = True
         self._pending: list[tuple[Any, Trajectory]] = []
         self._dataset: Any = None
         self._closed = False
@@ -187,7 +238,7 @@ class MinariSink:
         why = why_not_minari(trajectory)
         if why is not None:
             self.skipped += 1
-            if self.skipped == 1:
+            if self.skipped == 1 and self.log_skips:
                 logger.warning(
                     "agenttrace: Minari dataset %s: episode %s is left out: %s (later ones are "
                     "counted)",
@@ -211,7 +262,8 @@ class MinariSink:
             if self._dataset is None:
                 self._dataset = self._create(buffers, [trajectory for _, trajectory in pending])
             else:
-                self._dataset.update_dataset_from_buffer(buffers)
+                with _minari_warnings(self.dataset_id):
+                    self._dataset.update_dataset_from_buffer(buffers)
 
     def _create(self, buffers: list[Any], trajectories: list[Trajectory]) -> Any:
         minari = _minari()
@@ -225,18 +277,19 @@ class MinariSink:
             if observation_space is None:
                 observations = [step.observation for step in steps]
                 observations += [t.final_observation for t in trajectories]
-                observation_space = infer_space(observations)
+                observation_space = _inferred(observations, "observations")
             if action_space is None:
-                action_space = infer_space([step.action for step in steps])
-        return minari.create_dataset_from_buffers(
-            self.dataset_id,
-            buffers,
-            env=env,
-            observation_space=observation_space,
-            action_space=action_space,
-            algorithm_name="agenttrace",
-            description=self.description,
-        )
+                action_space = _inferred([step.action for step in steps], "actions")
+        with _minari_warnings(self.dataset_id):
+            return minari.create_dataset_from_buffers(
+                self.dataset_id,
+                buffers,
+                env=env,
+                observation_space=observation_space,
+                action_space=action_space,
+                algorithm_name="agenttrace",
+                description=self.description,
+            )
 
     def close(self) -> None:
         """Write what is buffered, then each episode's reward statistics (the metadata
@@ -249,7 +302,8 @@ class MinariSink:
             from minari.data_collector.callbacks import EpisodeMetadataCallback
 
             storage = self._dataset.storage
-            storage.update_episode_metadata(storage.apply(EpisodeMetadataCallback()))
+            with _minari_warnings(self.dataset_id):
+                storage.update_episode_metadata(storage.apply(EpisodeMetadataCallback()))
 
     def delete(self) -> None:
         """Delete the dataset this sink created (nothing else)."""
@@ -292,6 +346,7 @@ class MinariExport:
                     )
                 minari.delete_dataset(dataset_id)
         self._sink = MinariSink(dataset_id, root=root, env=env)
+        self._sink.log_skips = False  # (the export's summary names the episodes left out)
 
     @property
     def skipped(self) -> int:
@@ -333,13 +388,11 @@ def _datasets_root(root: str | None) -> Iterator[None]:
 
 
 def check_minari_arguments(dataset_id: str | None) -> None:
-    """ValueError naming what is wrong with ``--dataset-id`` (before any work starts)."""
+    """ValueError naming what is wrong with ``--dataset-id`` (before any work starts);
+    ImportError when minari is not installed."""
     if not dataset_id:
         raise ValueError("--format minari needs --dataset-id NAMESPACE/NAME-v0")
-    try:
-        _minari()
-    except ImportError as exc:
-        raise ValueError(str(exc)) from exc
+    _minari()
     from minari.dataset.minari_dataset import parse_dataset_id
 
     parse_dataset_id(dataset_id)  # ValueError: "Malformed dataset ID ..."
@@ -350,6 +403,7 @@ _ROOT_VARIABLE = "MINARI_DATASETS_PATH"
 __all__ = [
     "MinariExport",
     "MinariSink",
+    "MinariSpacesError",
     "check_minari_arguments",
     "episode_buffer",
     "infer_space",
