@@ -188,7 +188,8 @@ class ExportQueue:
         return self._max_queue - len(self._queue)
 
     def _wake_senders(self) -> None:
-        """Under the lock: a batch is ready; another sender if all are busy and room for one."""
+        """Under the lock: the queue changed (room for producers that wait; a batch may be
+        ready); another sender if a batch waits, all are busy and there is room for one."""
         busy = len(self._in_flight)
         senders = len(self._senders)
         backed_up = len(self._queue) >= self._max_batch
@@ -290,7 +291,7 @@ class ExportQueue:
                         self._taken += size
                         self._batches += 1
                         self._in_flight[self._batches] = size
-                        self._changed.notify_all()  # room for producers that wait
+                        self._wake_senders()  # another sender if more batches wait
                         return self._batches, batch
                     wait = self._schedule_delay - (now - (self._oldest_since or now))
                 elif self._closing:
