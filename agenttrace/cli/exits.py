@@ -47,7 +47,8 @@ EXIT_CODES = (
         EXIT_PARTIAL,
         "partial",
         "written, but some records or episodes were bad and left out",
-        "the rest is written; each one left out is named on stderr: lines or values that "
+        "written, but some records or episodes were bad and left out, each named on stderr: "
+        "lines or values that "
         "could not be decoded, episodes the output format cannot hold, score rows that are "
         "not scores, spans or episodes the demo's pipeline lost. Lines that cannot be read "
         "at all (not JSON, torn by a crash) are skipped and named but do not by themselves "
