@@ -488,8 +488,16 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         running = script.running_script()
         waiting, never = _script_targets(running, [t for t in targets if running.names_it(t)])
         others = [t for t in targets if not running.names_it(t)]
+        # A spawn or forkserver child: the parent's script runs here later, as __mp_main__;
+        # a module not imported yet may be that script (imported by name, it would run twice).
+        child = given is None and script.in_multiprocessing_child()
         # (targets in code must be right now: they raise below, as every mistake in code)
-        later = [t for t in others if given is None and _not_importable_yet(t.module)]
+        later = [
+            t
+            for t in others
+            if given is None
+            and ((child and t.module not in sys.modules) or _not_importable_yet(t.module))
+        ]
         plan, plan_errors = _plan([t for t in others if t not in later])
         errors += never + plan_errors
         if given is not None and errors:
@@ -514,7 +522,11 @@ class AgentTraceInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             _instrument_gymnasium_on_import()
         for target in later:
             _wait_for_import(self, patcher, target)
-        if waiting:
+        if child and (waiting or later):
+            bind = functools.partial(_bind_in_parent_script, self, patcher)
+            self._binder = script.ParentScriptBinder(waiting + later, bind)
+            self._binder.start()
+        elif waiting:
             self._binder = script.ScriptBinder(
                 waiting, functools.partial(_bind_in_script, patcher), _report_never_defined
             )
@@ -597,6 +609,16 @@ def _bind_in_script(patcher: _Patcher, target: Target, main: types.ModuleType) -
         logger.exception("agenttrace: instrumenting %s failed", target)
 
 
+def _bind_in_parent_script(
+    instrumentor: AgentTraceInstrumentor, patcher: _Patcher, target: Target, main: Any
+) -> None:
+    """A multiprocessing child ran its parent's script as ``__mp_main__``: ``target`` names
+    that script, so it is patched there (and no longer waits for its module's import)."""
+    _waiting_for_import.get(id(instrumentor), {}).pop(target.path, None)
+    if instrumentor._patcher is patcher:
+        _bind_in_script(patcher, target, main)
+
+
 # --- targets whose module is imported later ---------------------------------------------------
 
 
@@ -672,8 +694,8 @@ def _instrument_gymnasium_on_import() -> None:
 def _warn_uncalled(instrumentor: AgentTraceInstrumentor) -> None:
     """What runs at exit: the targets never called and what else lost data quietly."""
     patcher = instrumentor._patcher
-    if patcher is None:
-        return
+    if patcher is None or script.in_multiprocessing_child():
+        return  # (a worker's own report, as forked workers, which end with os._exit, give none)
     never = _waiting_for_import.pop(id(instrumentor), {})
     exit_warnings.warn(patcher.uncalled, list(never.values()), _disabled_names())
 

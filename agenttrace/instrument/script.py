@@ -11,13 +11,20 @@ binds each target as soon as the name it starts with is defined (right after the
 Before that, the script's source is read (never run) to find targets that can never take
 effect: a name the script does not define. Those are reported at once, naming the target and
 what the script does define, and are not waited for.
+
+In a worker that multiprocessing starts with ``spawn`` or ``forkserver`` (a fresh interpreter,
+instrumented by ``opentelemetry-instrument``'s ``sitecustomize`` before multiprocessing runs
+anything), the parent's script is run later by multiprocessing, as ``__mp_main__``:
+:class:`ParentScriptBinder` binds the targets that name it there, once it has run.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import importlib.util
+import logging
 import sys
 import types
 from collections.abc import Callable
@@ -28,6 +35,8 @@ from typing import Any
 from agenttrace.instrument.targets import Target
 
 MAIN = "__main__"
+
+logger = logging.getLogger("agenttrace")
 
 
 @dataclass(frozen=True)
@@ -252,3 +261,99 @@ def _main_frame(main: types.ModuleType) -> types.FrameType | None:
             return frame
         frame = frame.f_back
     return None
+
+
+# --- the parent's script in a multiprocessing child ------------------------------------------
+
+#: How multiprocessing starts a fresh interpreter: a spawn worker, the forkserver (whose
+#: workers are its forks) and the resource tracker (which runs no user code).
+_CHILD_COMMANDS = (
+    "from multiprocessing.spawn import spawn_main",
+    "from multiprocessing.forkserver import main",
+    "from multiprocessing.resource_tracker import main",
+)
+_MP_MAIN = "__mp_main__"
+
+
+def in_multiprocessing_child(argv: list[str] | None = None) -> bool:
+    """Whether multiprocessing started this process as a fresh interpreter (``python -c
+    'from multiprocessing.spawn import spawn_main; ...'``): a spawn worker, the forkserver or
+    a worker forked from it, where the parent's script runs later as ``__mp_main__``, or the
+    resource tracker those start methods use."""
+    if argv is None:
+        argv = list(getattr(sys, "orig_argv", None) or ())
+    try:
+        code = argv[argv.index("-c") + 1]
+    except (ValueError, IndexError):
+        return False
+    return code.startswith(_CHILD_COMMANDS)
+
+
+class ParentScriptBinder:
+    """In a spawn or forkserver child: binds the targets that name the parent's script once
+    multiprocessing has run it here as ``__mp_main__`` (before the child unpickles its work).
+
+    multiprocessing runs the script by its path (``python train.py``) or module name
+    (``python -m pkg.train``) in ``spawn._fixup_main_from_path`` / ``_fixup_main_from_name``;
+    both are wrapped until that happened. ``bind(target, module)`` patches one target in the
+    script's module; targets that do not name the script are left to the caller.
+    """
+
+    def __init__(self, pending: list[Target], bind: Bind) -> None:
+        self._pending = list(pending)
+        self._bind = bind
+        self._patches: list[tuple[Any, str, Any, Any]] = []
+
+    @property
+    def pending(self) -> list[Target]:
+        return list(self._pending)
+
+    def start(self) -> None:
+        import multiprocessing.spawn as spawn
+
+        from agenttrace.instrument.proxies import PatchProxy
+
+        for name, names_of in (
+            ("_fixup_main_from_path", _names_of_path),
+            ("_fixup_main_from_name", lambda module: {module}),
+        ):
+            original = getattr(spawn, name, None)
+            if callable(original) and not isinstance(original, PatchProxy):
+                proxy = PatchProxy(original, functools.partial(self._after_run, names_of))
+                setattr(spawn, name, proxy)
+                self._patches.append((spawn, name, original, proxy))
+
+    def stop(self) -> None:
+        patches, self._patches = self._patches, []
+        for module, name, original, proxy in patches:
+            if vars(module).get(name) is proxy:
+                setattr(module, name, original)
+
+    def _after_run(
+        self,
+        names_of: Callable[[str], set[str]],
+        wrapped: Callable[..., Any],
+        instance: Any,
+        args: tuple,
+        kwargs: dict,
+    ) -> Any:
+        result = wrapped(*args, **kwargs)
+        main = sys.modules.get(_MP_MAIN)
+        if main is None or not args or not isinstance(args[0], str):
+            return result  # (nothing run here: this process already has its main module)
+        try:
+            names = names_of(args[0]) | {MAIN, _MP_MAIN}
+            ready = [t for t in self._pending if t.module in names]
+            self._pending = [t for t in self._pending if t not in ready]
+            self.stop()
+            for target in ready:
+                self._bind(target, main)  # (reports its own failures)
+        except Exception:
+            logger.exception("agenttrace: binding targets in the parent's script failed")
+        return result
+
+
+def _names_of_path(path: str) -> set[str]:
+    """The module name ``python PATH`` gives its script (none for a folder's ``__main__``)."""
+    stem = Path(path).stem if path.endswith(".py") else Path(path).name
+    return set() if stem == MAIN else {stem}
