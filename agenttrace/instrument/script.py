@@ -282,11 +282,15 @@ def in_multiprocessing_child(argv: list[str] | None = None) -> bool:
     resource tracker those start methods use."""
     if argv is None:
         argv = list(getattr(sys, "orig_argv", None) or ())
-    try:
-        code = argv[argv.index("-c") + 1]
-    except (ValueError, IndexError):
-        return False
-    return code.startswith(_CHILD_COMMANDS)
+    i = 1
+    while i < len(argv):  # interpreter options first (-B, -s, -X dev, -W error, ...)
+        argument = argv[i]
+        if argument == "-c":
+            return i + 1 < len(argv) and argv[i + 1].startswith(_CHILD_COMMANDS)
+        if not argument.startswith("-") or argument in ("-", "-m"):
+            return False  # a script, a module or stdin: not multiprocessing's command
+        i += 2 if argument in ("-X", "-W") else 1
+    return False
 
 
 class ParentScriptBinder:
