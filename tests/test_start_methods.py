@@ -379,6 +379,10 @@ def play(seed):
             return {"steps": steps, "end": end, "flags": flags, "final": observation.tolist()}
 
 
+def rollout(seed):  # a Pool task that is no target: its call to play() is traced
+    return play(seed)
+
+
 def vector_loop(route, context):
     if route in ("make_vec", "targets"):
         envs = gym.make_vec(
@@ -423,7 +427,7 @@ def main(route, context, *how):
         instrument_gymnasium()
     if route == "pool":
         with multiprocessing.get_context(context).Pool(2) as pool:
-            seen = pool.map(play, [SEED + i for i in range(4)])
+            seen = pool.map(play, [SEED, SEED + 1]) + pool.map(rollout, [SEED + 2, SEED + 3])
             pool.close()
             pool.join()
     else:
@@ -567,7 +571,8 @@ def test_a_script_class_in_a_targets_file_records_the_same_with_every_start_meth
 def test_a_script_function_sent_to_a_pool_is_traced_with_every_start_method(tmp_path):
     """``Pool.map(play, seeds)`` with the target ``train:play=episode``: ``play`` is pickled
     by reference (``__main__.play``); a spawn or forkserver worker runs the script as
-    ``__mp_main__`` and binds the target there (not importing ``train`` a second time)."""
+    ``__mp_main__`` and binds the target there (not importing ``train`` a second time), also
+    for the script's own calls to it (``Pool.map(rollout, seeds)``, rollout calling play)."""
     settings = {
         "AGENTTRACE_TARGETS": "train:play=episode[seed=seed];"
         "gymnasium.core:Env.reset=env.reset;gymnasium.core:Env.step=env.step"

@@ -615,8 +615,23 @@ def _bind_in_parent_script(
     """A multiprocessing child ran its parent's script as ``__mp_main__``: ``target`` names
     that script, so it is patched there (and no longer waits for its module's import)."""
     _waiting_for_import.get(id(instrumentor), {}).pop(target.path, None)
-    if instrumentor._patcher is patcher:
-        _bind_in_script(patcher, target, main)
+    if instrumentor._patcher is not patcher:
+        return
+    name = target.qualname
+    original = vars(main).get(name)
+    _bind_in_script(patcher, target, main)
+    # multiprocessing ran the script in a namespace of its own and copied it into the
+    # module: the script's functions look names up in that namespace (their globals), so a
+    # function target is put there too, for the calls the script makes to it.
+    traced = vars(main).get(name)
+    namespace = getattr(original, "__globals__", None)
+    if (
+        isinstance(traced, TracedFunction)
+        and isinstance(namespace, dict)
+        and namespace is not vars(main)
+        and namespace.get(name) is original
+    ):
+        namespace[name] = traced
 
 
 # --- targets whose module is imported later ---------------------------------------------------
