@@ -2,7 +2,8 @@
 
 The import name is ``agenttrace``; the name on the package index is :data:`DISTRIBUTION`
 (an unrelated project already owns ``agenttrace`` there). Every install hint is built by
-:func:`install_hint`, so none can send a user to someone else's code.
+:func:`install_hint`, so none can send a user to someone else's code. agenttrace is not on
+the package index yet: the hints install from a clone of the repository.
 """
 
 __version__ = "0.1.0"
@@ -12,7 +13,10 @@ DISTRIBUTION = "otel-agenttrace"
 
 
 def install_hint(extra: str | None = None) -> str:
-    """The pip command that installs agenttrace, with ``extra`` when given."""
-    if extra is None:
-        return f"pip install {DISTRIBUTION}"
-    return f"pip install '{DISTRIBUTION}[{extra}]'"
+    """How to install agenttrace, with ``extra`` when given: from a clone of the repository
+    (the distribution is not on the package index yet)."""
+    target = "." if extra is None else f"'.[{extra}]'"
+    return (
+        f"pip install -e {target} from a clone of the repository "
+        f"({DISTRIBUTION} is not on the package index yet)"
+    )

@@ -19,8 +19,10 @@ def test_the_project_is_published_under_the_distribution_name():
     (name,) = re.findall(r'^name = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
     assert name == DISTRIBUTION == "otel-agenttrace"
     assert distribution(DISTRIBUTION).version == __version__
-    assert install_hint() == "pip install otel-agenttrace"
-    assert install_hint("parquet") == "pip install 'otel-agenttrace[parquet]'"
+    # Not on the package index yet: every hint installs from a clone, honestly said.
+    assert install_hint().startswith("pip install -e . from a clone of the repository")
+    assert install_hint("parquet").startswith("pip install -e '.[parquet]' from a clone")
+    assert "otel-agenttrace is not on the package index yet" in install_hint("parquet")
 
 
 def test_every_install_hint_in_code_and_docs_names_the_distribution():
@@ -36,5 +38,6 @@ def test_every_install_hint_in_code_and_docs_names_the_distribution():
             if match.group(1) != DISTRIBUTION:
                 wrong.append(f"{path.relative_to(ROOT)}: {match.group(0)}")
     assert not wrong, wrong
-    hints = [p for p in texts if DISTRIBUTION in p.read_text()]
-    assert len(hints) >= 5  # the docs do name it: sinks, storage, LLM calls, metrics, README
+    # The README names it, and says it is not on the package index yet.
+    readme = (ROOT / "README.md").read_text()
+    assert DISTRIBUTION in readme and "not on the package index yet" in readme

@@ -246,7 +246,7 @@ def test_without_pyarrow_the_error_says_what_to_install(tmp_path):
         "    print(exc)\n"
     )
     assert result.returncode == 0, result.stderr
-    assert "pip install 'otel-agenttrace[parquet]'" in result.stdout
+    assert "pip install -e '.[parquet]' from a clone of the repository" in result.stdout
 
 
 def test_unstorable_trajectory_fails_alone_and_spoils_no_row_group(tmp_path):

@@ -614,7 +614,10 @@ def test_missing_zstandard_is_one_clear_error(tmp_path: Path) -> None:
     first, error = result.stdout.splitlines()
     assert first  # the uncompressed frame before was read
     assert error.startswith("ImportError: these spans are zstd-compressed")
-    assert error.endswith("pip install 'otel-agenttrace[zstd]'")
+    assert error.endswith(
+        "pip install -e '.[zstd]' from a clone of the repository "
+        "(otel-agenttrace is not on the package index yet)"
+    )
 
 
 # ------------------------------------------------------------------------------------------

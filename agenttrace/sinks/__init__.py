@@ -1,7 +1,7 @@
 """Where finished trajectories go, and how to load them back.
 
 Sinks: :class:`JsonlSink` (one line per episode, rotated by size), :class:`ParquetSink`
-(columnar part files; needs ``pip install 'otel-agenttrace[parquet]'``), :class:`StepTablesSink`
+(columnar part files; needs pyarrow: the ``parquet`` extra), :class:`StepTablesSink`
 (typed step and episode tables for training, Parquet too), :class:`JsonDirSink` (one
 file per episode), :class:`OtlpLogSink` (one OpenTelemetry log record per episode) and
 :class:`CallbackSink` (your function). Read files back with :func:`load_trajectories` or

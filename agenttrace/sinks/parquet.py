@@ -1,10 +1,10 @@
 """Parquet sink: one row per trajectory, written in finished part files.
 
-pyarrow is imported only when a sink is created or a file is read (``pip install
-'otel-agenttrace[parquet]'``). A part is written under a ``.partial`` name and renamed to
-``<basename>-NNNNN.parquet`` only when complete (on ``flush()``, ``close()`` or after
-``rows_per_file`` rows), so readers never see a half-written file; a crash loses at most the
-rows of the part in progress. The column layout is in docs/sinks.md.
+pyarrow is imported only when a sink is created or a file is read (the ``parquet`` extra).
+A part is written under a ``.partial`` name and renamed to ``<basename>-NNNNN.parquet``
+only when complete (on ``flush()``, ``close()`` or after ``rows_per_file`` rows), so readers
+never see a half-written file; a crash loses at most the rows of the part in progress. The
+column layout is in docs/sinks.md.
 """
 
 from __future__ import annotations

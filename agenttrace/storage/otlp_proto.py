@@ -23,7 +23,7 @@ is parsed as a protobuf ``ExportTraceServiceRequest``. Spans become the same
 :class:`~agenttrace.trajectory.records.SpanRecord` values the OTLP/JSON reader gives for the
 same spans. Reading is frame by frame, so memory is bounded by the largest frame.
 
-zstd needs the optional ``zstandard`` package (``pip install 'otel-agenttrace[zstd]'``).
+zstd needs the optional ``zstandard`` package (the ``zstd`` extra).
 """
 
 from __future__ import annotations
