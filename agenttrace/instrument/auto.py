@@ -30,6 +30,11 @@ after ``instrument()`` run traced methods and write their own trajectories. Work
 can also instrument themselves: they inherit ``AGENTTRACE_TARGETS`` and, under
 ``opentelemetry-instrument``, its ``sitecustomize`` path; or give Ray the setup hook
 :func:`instrument_from_environment` (docs/auto-instrumentation.md).
+
+multiprocessing: a traced function pickles by reference, as the function does
+(agenttrace.instrument.proxies). A spawn or forkserver worker under
+``opentelemetry-instrument`` instruments itself; targets naming the script are bound in its
+``__mp_main__`` once multiprocessing has run the script there (script.ParentScriptBinder).
 """
 
 from __future__ import annotations
