@@ -338,6 +338,8 @@ class ExportQueue:
                 self.last_error = short_reason(said[0]) if said else reason
             change = self._note_outcome(ok)
             self._changed.notify_all()
+            if self._closing:  # at the exit the exit line tells; no warnings while closing
+                change = None
         if change == "down":
             logger.warning(
                 "agenttrace: export to %s failed %d times in a row (%s); it counts as down: "
