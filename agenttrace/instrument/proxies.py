@@ -14,7 +14,7 @@ object does, by reference:
 * an attribute of a class reached through the class (``Env.step``):
   ``getattr(<the class, by reference>, "step")``, what pickle writes for a method below
   protocol 4;
-* a bound method (``env.step``, ``Env.reset_all`` of a classmethod): what the original bound
+* a bound method (``env.step``, or a classmethod ``Env.create``): what the original bound
   method's ``__reduce__`` gives, ``getattr(<its object>, "step")``.
 
 The process that unpickles looks the name up and gets whatever is there: the original where
