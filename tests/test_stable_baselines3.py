@@ -187,4 +187,4 @@ def test_sb3_vector_envs_are_left_alone_when_gymnasium_is_not_instrumented(tmp_p
         ),
         AGENTTRACE_OUT=str(tmp_path / "runs"),
     )
-    assert done.stdout.split() == ["function", "FunctionWrapper", "function"]
+    assert done.stdout.split() == ["function", "PatchProxy", "function"]

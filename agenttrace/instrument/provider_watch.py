@@ -14,12 +14,12 @@ import logging
 import threading
 from typing import Any
 
-import wrapt
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from agenttrace import config, pipeline
 from agenttrace._logging import internal_error
+from agenttrace.instrument.proxies import PatchProxy
 
 logger = logging.getLogger("agenttrace")
 
@@ -40,7 +40,8 @@ def read_own_tracer_spans() -> bool:
         return True
     with _lock:
         if not _watching:
-            wrapt.wrap_function_wrapper(trace, "set_tracer_provider", _after_set)
+            # (a PatchProxy: it pickles as the original does, like every agenttrace patch)
+            trace.set_tracer_provider = PatchProxy(trace.set_tracer_provider, _after_set)
             _watching = True
     return True
 
