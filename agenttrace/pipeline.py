@@ -41,7 +41,7 @@ from agenttrace.processing.record_export import (
 )
 from agenttrace.processing.trajectory_processor import TrajectoryProcessor
 from agenttrace.processing.writer import (
-    SPAN_EXPORT_COUNTERS,
+    EXPORT_COUNTERS,
     EpisodeWriter,
     SinkSpec,
     WriterSpec,
@@ -357,6 +357,12 @@ class AgentTrace:
                 f"{not_sent:,} span{'' if not_sent == 1 else 's'} not sent to the OTLP "
                 f"endpoint ({why}){kept}"
             )
+        not_logged = int(stats.get("trajectories_not_exported", 0) or 0)
+        if not_logged:
+            lost.append(
+                f"{not_logged:,} trajector{'y' if not_logged == 1 else 'ies'} not sent to the "
+                "OTLP logs endpoint"
+            )
         exporter = self.metric_exporter
         if exporter is not None and (exporter.failed or not exporter.exported):
             why = f" ({exporter.last_error})" if exporter.last_error else ""
@@ -424,7 +430,7 @@ class AgentTrace:
         # spans_exported, spans_not_exported (+ _queue_full, _export_failed, _endpoint_down,
         # _at_shutdown), spans_pending: the OTLP endpoint's (the writer sends them), apart
         # from the losses above; export_content_*: what the export content policy changed.
-        for key in SPAN_EXPORT_COUNTERS:
+        for key in EXPORT_COUNTERS:
             stats.setdefault(key, 0)
         stats["spans_export_failed"] = stats["spans_not_exported_export_failed"]  # older name
         exporter = self.metric_exporter
@@ -836,7 +842,9 @@ def _flush_before_reading() -> None:
     instance = _default
     if instance is None or not instance.enabled or instance._shut_down:
         return
-    if not instance.force_flush(READ_FLUSH_TIMEOUT_MILLIS):
+    processor = instance.trajectory_processor
+    # The files only: reading never waits for an OTLP endpoint.
+    if processor is not None and not processor.force_flush(READ_FLUSH_TIMEOUT_MILLIS):
         _logging.warn_once(
             "read-flush",
             "agenttrace: reading trajectories before the tracing pipeline finished writing "

@@ -24,7 +24,16 @@ from agenttrace.sinks import OtlpLogSink, Sink
 from agenttrace.trajectory.model import Trajectory
 
 SECRET = "s3cret-token-value"
-SINK_LOGGER = "agenttrace.sinks.otlp_logs"
+SINK_LOGGER = "agenttrace"  # (the export queue's lines)
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
 
 
 class Collector:
@@ -127,9 +136,11 @@ def test_every_trajectory_arrives_as_one_log_record(collector):
     assert isinstance(sink, Sink)
     for trajectory in batch[:4]:
         sink.write(trajectory)
-    assert len(collector.requests) == 2  # exported as soon as batch_size records were due
+    # Sent from the sink's thread as soon as batch_size records were due.
+    assert wait_until(lambda: len(collector.requests) == 2)
     sink.write(batch[4])
-    assert len(collector.requests) == 2  # the fifth waits for flush/close
+    time.sleep(0.2)
+    assert len(collector.requests) == 2  # the fifth waits for its batch, a flush or close
     sink.close()
     assert len(collector.requests) == 3
     assert collector.paths == ["/v1/logs"] * 3
@@ -138,7 +149,10 @@ def test_every_trajectory_arrives_as_one_log_record(collector):
 
     received = collector.records()
     assert len(received) == 5
-    for (resource_logs, scope_logs, record), trajectory in zip(received, batch, strict=True):
+    # (batches may go side by side: matched by episode id)
+    by_id = {attributes_of(r)[sc.EPISODE_ID]: (rl, sl, r) for rl, sl, r in received}
+    in_order = [by_id[trajectory.episode_id] for trajectory in batch]
+    for (resource_logs, scope_logs, record), trajectory in zip(in_order, batch, strict=True):
         assert Trajectory.from_json(record.body.string_value) == trajectory
         assert record.event_name == sc.TRAJECTORY_EVENT_NAME
         attributes = attributes_of(record)
@@ -203,35 +217,47 @@ def test_server_error_is_counted_logged_once_and_never_raised(collector, caplog)
         headers={"x-api-key": SECRET},
         batch_size=2,
         timeout=5,
+        retry_interval=60,
     )
     caplog.set_level(logging.DEBUG)
     for trajectory in make_batch(6):
-        sink.write(trajectory)  # three failed exports, none raises
+        sink.write(trajectory)  # failed exports, none raises
+        sink.flush(5.0)
     sink.close()
-    assert len(collector.paths) == 3
+    assert len(collector.paths) == 2  # two failures: down, the rest not sent
     assert (sink.sent, sink.failed) == (0, 6)
-    ours = [r for r in caplog.records if r.name == SINK_LOGGER and r.levelno >= logging.ERROR]
-    assert len(ours) == 1
-    assert "could not export 2 trajectories" in ours[0].getMessage()
-    assert collector.logs_url in ours[0].getMessage()
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith(SINK_LOGGER)]
+    down = [m for m in ours if "counts as down" in m]
+    assert len(down) == 1
+    assert collector.logs_url in down[0] and "failed 2 times in a row" in down[0]
+    [summary] = [m for m in ours if "not exported" in m]
+    assert "6 of 6 trajectories not exported" in summary
     assert SECRET not in caplog.text
 
 
 def test_recovery_is_logged_and_a_later_outage_is_logged_again(collector, caplog):
-    sink = OtlpLogSink(endpoint=collector.logs_url, batch_size=1, timeout=5)
+    sink = OtlpLogSink(endpoint=collector.logs_url, batch_size=1, timeout=5, retry_interval=0.2)
     caplog.set_level(logging.WARNING, logger=SINK_LOGGER)
     collector.status = 500
-    sink.write(make_trajectory(0))
-    sink.write(make_trajectory(1))
+    for index in (0, 1):
+        sink.write(make_trajectory(index))
+        sink.flush(5.0)
+    assert sink.queue.endpoint_down
     collector.status = 200
+    time.sleep(0.3)  # past the retry wait: the next record probes
     sink.write(make_trajectory(2))
+    sink.flush(5.0)
     collector.status = 500
-    sink.write(make_trajectory(3))
+    for index in (3, 4):
+        sink.write(make_trajectory(index))
+        sink.flush(5.0)
     sink.close()
-    assert (sink.sent, sink.failed) == (1, 3)
-    ours = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == SINK_LOGGER]
-    assert [level for level, _ in ours] == ["ERROR", "WARNING", "ERROR"]
-    assert "works again (2 trajectories lost so far)" in ours[1][1]
+    assert (sink.sent, sink.failed) == (1, 4)
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith(SINK_LOGGER)]
+    kinds = ["down" if "counts as down" in m else "up" if "works again" in m else "summary"
+             for m in ours]  # fmt: skip
+    assert kinds == ["down", "up", "down", "summary"], ours
+    assert "works again; 2 trajectories were not sent to it so far" in ours[1]
 
 
 def test_closed_port_fails_within_the_timeout(caplog):
@@ -240,7 +266,7 @@ def test_closed_port_fails_within_the_timeout(caplog):
         port = probe.getsockname()[1]
     url = f"http://user:{SECRET}@127.0.0.1:{port}/v1/logs?token={SECRET}"
     sink = OtlpLogSink(endpoint=url, timeout=1.5)
-    caplog.set_level(logging.ERROR, logger=SINK_LOGGER)
+    caplog.set_level(logging.WARNING, logger=SINK_LOGGER)
     started = time.monotonic()
     sink.write(make_trajectory(0))
     sink.write(make_trajectory(1))
@@ -248,9 +274,9 @@ def test_closed_port_fails_within_the_timeout(caplog):
     sink.close()
     assert time.monotonic() - started < 15
     assert (sink.sent, sink.failed) == (0, 2)
-    ours = [r for r in caplog.records if r.name == SINK_LOGGER]
-    assert len(ours) == 1
-    assert f"127.0.0.1:{port}/v1/logs" in ours[0].getMessage()
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith(SINK_LOGGER)]
+    assert len(ours) == 1 and "2 of 2 trajectories not exported" in ours[0]
+    assert f"127.0.0.1:{port}/v1/logs" in ours[0] and "Connection refused" in ours[0]
     assert SECRET not in caplog.text
 
 
@@ -302,3 +328,38 @@ def test_write_after_close_raises():
     sink.close()
     with pytest.raises(RuntimeError, match="closed"):
         sink.write(make_trajectory(0))
+
+
+def test_a_black_holed_logs_endpoint_never_holds_up_the_files(tmp_path, monkeypatch):
+    """The pipeline's OTLP logs sink against an endpoint that never answers: every episode
+    reaches trajectories.jsonl as it ends, the exit keeps its deadline, and the exit line
+    counts the trajectories the endpoint did not get."""
+    from backend_servers import BlackHole
+
+    import agenttrace as at
+    from agenttrace.sinks import load_trajectories
+
+    hole = BlackHole()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", hole.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+        runtime = at.configure(
+            out=str(tmp_path), sinks=["jsonl", "otlp"], spans=["file"], exit_timeout=1.0
+        )
+        for index in range(300):  # a few batches of 64 for the endpoint
+            with at.episode(task_id=str(index)), at.timestep(), at.env_step() as step:
+                step.record(reward=1.0)
+        started = time.monotonic()
+        loaded = load_trajectories(runtime.run_dir)  # reading waits for the files only
+        assert time.monotonic() - started < 5
+        assert sorted(int(t.task_id) for t in loaded) == list(range(300))
+        assert runtime.force_flush(30_000) is False  # the logs endpoint has not answered
+        started = time.monotonic()
+        runtime.shutdown()
+        assert time.monotonic() - started < 1.0 + 2.5
+        stats = runtime.stats()
+        assert stats["trajectories_exported"] == 0
+        assert stats["trajectories_not_exported"] == 300
+        assert "300 trajectories not sent to the OTLP logs endpoint" in runtime.summary_line()
+    finally:
+        hole.stop()

@@ -65,6 +65,7 @@ _NOT_LOSSES = frozenset(
         "spans_exported",
         "spans_pending",
         "metrics_exported",
+        "trajectories_exported",
     }
 )
 

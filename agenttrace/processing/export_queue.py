@@ -82,7 +82,12 @@ class ExportQueue:
         down_after: int = 2,
         retry_interval: float = 2.0,
         max_retry_interval: float = 60.0,
+        size_of: Callable[[Any], int] | None = None,
+        max_batch_bytes: int = 0,
+        unit: str = "items",
     ) -> None:
+        """``size_of`` and ``max_batch_bytes`` (> 0) also bound a batch by the items' sizes
+        (one larger item still goes alone); ``unit`` names the items in log lines."""
         self._export_batch = export_batch
         self.describe = describe
         self._stop_exporter = stop_exporter
@@ -95,6 +100,9 @@ class ExportQueue:
         self._down_after = max(1, down_after)
         self._retry_interval = retry_interval
         self._max_retry_interval = max(retry_interval, max_retry_interval)
+        self._size_of = size_of if max_batch_bytes > 0 else None
+        self._max_batch_bytes = max_batch_bytes
+        self.unit = unit
         self.exported = 0
         self.failed = 0  # sent, and the export failed (or raised)
         self.dropped = 0  # not queued: the queue was full
@@ -113,6 +121,7 @@ class ExportQueue:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # queue, flushes, in-flight batches
         self._queue: deque[Any] = deque()
+        self._queued_bytes = 0  # (with size_of)
         self._in_flight: dict[int, int] = {}  # batch number -> size
         self._batches = 0
         self._taken = 0  # items taken off the queue so far (flushes wait for a number)
@@ -167,9 +176,11 @@ class ExportQueue:
                 if was_empty:
                     self._oldest_since = time.monotonic()
                 self._queue.extend(taken)
+                if self._size_of is not None:
+                    self._queued_bytes += sum(self._size_of(item) for item in taken)
                 if not self._senders:
                     self._add_sender()
-                if was_empty or len(self._queue) >= self._max_batch:
+                if was_empty or self._batch_ready():
                     self._wake_senders()
         return len(taken)
 
@@ -192,10 +203,16 @@ class ExportQueue:
         ready); another sender if a batch waits, all are busy and there is room for one."""
         busy = len(self._in_flight)
         senders = len(self._senders)
-        backed_up = len(self._queue) >= self._max_batch
+        backed_up = self._batch_ready()
         if backed_up and busy >= senders < self._max_in_flight and not self._is_down_now():
             self._add_sender()
         self._changed.notify_all()
+
+    def _batch_ready(self) -> bool:
+        """Under the lock: a full batch waits (by count, or by size)."""
+        if len(self._queue) >= self._max_batch:
+            return True
+        return self._size_of is not None and self._queued_bytes >= self._max_batch_bytes
 
     # --- counters -----------------------------------------------------------------------------
 
@@ -228,7 +245,7 @@ class ExportQueue:
             "pending": self.pending,
         }
 
-    def loss_summary(self, what: str = "spans") -> str:
+    def loss_summary(self, what: str | None = None) -> str:
         """``7,000 of 9,000 spans not exported to ... (reasons)``: one line."""
         parts = [
             f"{count:,} {label}"
@@ -243,7 +260,8 @@ class ExportQueue:
         total = self.exported + self.not_exported
         reason = f"; last error: {self.last_error}" if self.last_error else ""
         return (
-            f"{self.not_exported:,} of {total:,} {what} not exported to {self.describe} "
+            f"{self.not_exported:,} of {total:,} {what or self.unit} not exported to "
+            f"{self.describe} "
             f"({', '.join(parts) or 'none'}{reason})"
         )
 
@@ -276,7 +294,7 @@ class ExportQueue:
                         self._give_up_queue_down()
                         continue
                     due = (
-                        len(queue) >= self._max_batch
+                        self._batch_ready()
                         or self._flush_targets
                         or self._closing
                         or (
@@ -285,8 +303,8 @@ class ExportQueue:
                         )
                     )
                     if due:
-                        size = min(len(queue), self._max_batch)
-                        batch = [queue.popleft() for _ in range(size)]
+                        batch = self._take_batch()
+                        size = len(batch)
                         self._oldest_since = now if queue else None
                         self._taken += size
                         self._batches += 1
@@ -300,10 +318,29 @@ class ExportQueue:
                     wait = None
                 self._changed.wait(None if wait is None else max(0.01, wait))
 
+    def _take_batch(self) -> list[Any]:
+        """Under the lock: the next batch off the queue, at most ``max_batch`` items and,
+        with ``size_of``, ``max_batch_bytes`` (but at least one item)."""
+        queue = self._queue
+        size_of = self._size_of
+        if size_of is None:
+            return [queue.popleft() for _ in range(min(len(queue), self._max_batch))]
+        batch: list[Any] = []
+        total = 0
+        while queue and len(batch) < self._max_batch:
+            size = size_of(queue[0])
+            if batch and total + size > self._max_batch_bytes:
+                break
+            batch.append(queue.popleft())
+            total += size
+        self._queued_bytes -= total
+        return batch
+
     def _give_up_queue_down(self) -> None:
         """Under the lock, while the endpoint is down: what is queued is not sent (counted)."""
         count = len(self._queue)
         self._queue.clear()
+        self._queued_bytes = 0
         self._oldest_since = None
         self.skipped += count
         self._taken += count
@@ -352,9 +389,10 @@ class ExportQueue:
             )
         elif change == "up":
             logger.warning(
-                "agenttrace: export to %s works again; %d items were not sent to it so far",
+                "agenttrace: export to %s works again; %d %s were not sent to it so far",
                 self.describe,
                 self.not_exported,
+                self.unit,
             )
 
     def _exporter_said(self, message: str, said: list[str]) -> None:
@@ -433,6 +471,7 @@ class ExportQueue:
             self.abandoned += left
             self._done += left
             self._queue.clear()
+            self._queued_bytes = 0
             self._in_flight.clear()
             self._changed.notify_all()
         self._stop_exporter_once(max(0.05, deadline - time.monotonic()))

@@ -128,6 +128,7 @@ class RecordSpanExporter:
             stop_exporter=exporter.shutdown,
             name="agenttrace-span-export",
             max_queue=spec.max_queue,
+            unit="spans",
         )
         self._resources: dict[Any, Resource] = {}
         self._scopes: dict[tuple[str, str | None], InstrumentationScope] = {}

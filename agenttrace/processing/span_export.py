@@ -88,6 +88,7 @@ class LosslessSpanProcessor(SpanProcessor):
             down_after=down_after,
             retry_interval=retry_interval,
             max_retry_interval=max_retry_interval,
+            unit="spans",
         )
 
     def _export(self, batch: list[ReadableSpan]) -> bool:
@@ -161,7 +162,7 @@ class LosslessSpanProcessor(SpanProcessor):
 
     def loss_summary(self) -> str:
         """``7,000 of 9,000 spans not exported to ... (reasons)``: one line."""
-        return self._queue.loss_summary("spans")
+        return self._queue.loss_summary()
 
     # --- SpanProcessor lifecycle ------------------------------------------------------------
 

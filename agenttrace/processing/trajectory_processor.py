@@ -42,7 +42,7 @@ from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.metrics import EpisodeMetrics
 from agenttrace.processing.writer import (
     DEFAULT_MAX_EPISODE_BYTES,
-    SPAN_EXPORT_COUNTERS,
+    EXPORT_COUNTERS,
     EpisodeSpans,
     EpisodeWriter,
     FinishedEpisode,
@@ -529,7 +529,7 @@ class TrajectoryProcessor(SpanProcessor):
         stats["scores_written"] = report.get("scores_written", 0)
         stats["scores_malformed"] = report.get("scores_malformed", 0)
         stats["internal_errors"] = counts.get("internal_errors", 0) + self._worker.errors
-        for key in SPAN_EXPORT_COUNTERS:  # the OTLP endpoint's, when the writer sends spans
+        for key in EXPORT_COUNTERS:  # the OTLP endpoint's, when the writer sends spans
             stats[key] = report.get(key, 0)
         stats["span_export_error"] = report.get("span_export_error", "")
         return stats

@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agenttrace.processing.export_queue import COUNTERS as EXPORT_COUNTERS
-from agenttrace.processing.export_queue import call_bounded
+from agenttrace.processing.export_queue import COUNTERS as QUEUE_COUNTERS
 from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.processing.record_export import RecordSpanExporter, SpanExportSpec
 from agenttrace.semconv import SCORE
@@ -129,18 +128,21 @@ REPORT_COUNTERS = (
 )
 
 
-#: The span export's counters in a report: ``spans_`` + each of export_queue.COUNTERS, and
-#: what the export content policy changed.
-SPAN_EXPORT_COUNTERS = (
-    *(f"spans_{name}" for name in EXPORT_COUNTERS),
+#: What went over the network, in a report: the span export's counters (``spans_`` + each
+#: of export_queue.COUNTERS), what the export content policy changed, and the trajectories
+#: sinks that send (OTLP logs) sent or not.
+EXPORT_COUNTERS = (
+    *(f"spans_{name}" for name in QUEUE_COUNTERS),
     "export_content_truncated",
     "export_content_blobs",
     "export_content_blob_failures",
+    "trajectories_exported",
+    "trajectories_not_exported",
 )
 
 
 def empty_report() -> dict[str, Any]:
-    report: dict[str, Any] = dict.fromkeys((*REPORT_COUNTERS, *SPAN_EXPORT_COUNTERS), 0)
+    report: dict[str, Any] = dict.fromkeys((*REPORT_COUNTERS, *EXPORT_COUNTERS), 0)
     report.update(statuses={}, sink_errors={}, trajectory_paths=[], span_paths=[])
     report["span_export_error"] = ""  # why the last failed span export failed
     return report
@@ -149,7 +151,7 @@ def empty_report() -> dict[str, Any]:
 def merge_reports(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
     """Two writers' reports as one (a helper process that died, then its local stand-in)."""
     merged = empty_report()
-    for key in (*REPORT_COUNTERS, *SPAN_EXPORT_COUNTERS):
+    for key in (*REPORT_COUNTERS, *EXPORT_COUNTERS):
         merged[key] = first.get(key, 0) + second.get(key, 0)
     for key in ("statuses", "sink_errors"):
         merged[key] = dict(Counter(first.get(key, {})) + Counter(second.get(key, {})))
@@ -381,18 +383,33 @@ class EpisodeWriter:
             self._add("spans_done", len(sampled))
 
     def flush(self) -> None:
+        """Flush the files; outputs that send over the network send what they have, without
+        waiting for the endpoint (:meth:`flush_export` waits)."""
         for output in self._outputs():
             try:
-                output.flush()
+                if getattr(output, "sends_over_network", False):
+                    output.flush(0.0)
+                else:
+                    output.flush()
             except Exception as exc:
                 self._output_failed(output, exc)
 
     def flush_export(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the spans so far to reach the OTLP endpoint
-        (not at all while it is down); True when they did or there is no export."""
-        if self.span_export is None:
-            return True
-        return self.span_export.flush(timeout)
+        """Wait up to ``timeout`` seconds for the spans so far (and what sinks that send over
+        the network have) to reach their endpoints, not at all while one is down; True when
+        everything did."""
+        deadline = time.monotonic() + timeout
+        ok = True
+        if self.span_export is not None:
+            ok = self.span_export.flush(timeout)
+        for output in self._outputs():
+            if getattr(output, "sends_over_network", False):
+                try:
+                    ok = output.flush(max(0.0, deadline - time.monotonic())) is not False and ok
+                except Exception as exc:
+                    self._output_failed(output, exc)
+                    ok = False
+        return ok
 
     def close(self, timeout: float | None = None) -> None:
         """Close every output. ``timeout`` bounds what goes over the network (the span
@@ -403,11 +420,12 @@ class EpisodeWriter:
         for output in self._outputs():
             if output not in remote:
                 self._close(output)
-        for output in remote:
-            if deadline is None:
-                self._close(output)
-            else:
-                call_bounded(lambda o=output: self._close(o), deadline - time.monotonic())
+        for output in remote:  # (each keeps the deadline it is given)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                output.close(left)
+            except Exception as exc:
+                self._output_failed(output, exc)
         if self.span_export is not None:
             left = 60.0 if deadline is None else max(0.0, deadline - time.monotonic())
             self.span_export.close(left)
@@ -435,6 +453,10 @@ class EpisodeWriter:
                 report[f"spans_{name}"] = value
             report.update(self.span_export.content_counts())
             report["span_export_error"] = self.span_export.queue.last_error
+        for output in self._outputs():
+            if getattr(output, "sends_over_network", False):
+                report["trajectories_exported"] += output.sent
+                report["trajectories_not_exported"] += output.failed
         for output in self._outputs():
             report["torn_lines_cut"] += getattr(output, "torn_lines_cut", 0)
             report["torn_bytes_cut"] += getattr(output, "torn_bytes_cut", 0)

@@ -716,7 +716,8 @@ class RemoteWriter:
 
     def flush_export(self, timeout: float) -> bool:
         """See :meth:`EpisodeWriter.flush_export`."""
-        if self._spec.span_export is None:
+        network = any(sink.kind == "otlp" for sink in self._spec.sinks)  # OTLP logs
+        if self._spec.span_export is None and not network:
             return True
         if self._usable_remote():
             self._export_flushed = False

@@ -2,10 +2,13 @@
 
 This lets trajectories reach any OTLP backend (a collector, Loki, Elastic, a vendor) next to
 the traces, linked to the episode's trace by trace id. The sink builds the records itself and
-calls a ``LogRecordExporter`` directly, so it touches no global logging or OpenTelemetry
-state and knows whether each export succeeded: ``sent`` and ``failed`` count trajectories,
-and a failure is logged once per distinct reason (not once per record) until exports
-succeed again.
+hands them to a ``LogRecordExporter`` through an
+:class:`~agenttrace.processing.export_queue.ExportQueue`, so it touches no global logging or
+OpenTelemetry state, a slow or dead endpoint never holds up the writer (records are sent
+from a daemon thread, in batches bounded by count and bytes), and every trajectory is counted:
+``sent``, or ``failed`` (export failed, endpoint down, queue full, or still queued at close).
+The endpoint counts as down after two failed exports in a row (one warning, and one when it
+works again); ``close`` keeps its deadline.
 
 Log record layout (docs/sinks.md): body is ``trajectory.to_json()``; ``event_name`` is
 ``rl.trajectory``; attributes ``rl.episode.id``, ``rl.task.id`` (when set),
@@ -28,6 +31,7 @@ from opentelemetry.trace import TraceFlags
 
 from agenttrace import semconv as sc
 from agenttrace._version import DISTRIBUTION
+from agenttrace.processing.export_queue import ExportQueue
 from agenttrace.sinks.files import utf8_safe
 from agenttrace.trajectory.model import Trajectory
 
@@ -148,7 +152,13 @@ class OtlpLogSink:
         batch_size: int = 64,
         timeout: float | None = None,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_queue: int = 4_096,
+        retry_interval: float = 2.0,
+        close_timeout: float = 30.0,
     ) -> None:
+        """``max_queue`` trajectories wait to be sent, at most (more are counted as failed);
+        ``retry_interval`` seconds pass before an endpoint that is down is tried again;
+        ``close_timeout`` bounds :meth:`close` called without a timeout."""
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         (
@@ -175,14 +185,34 @@ class OtlpLogSink:
         self._scope = scope_cls(SCOPE_NAME, _package_version())
         self.batch_size = int(batch_size)
         self.max_batch_bytes = int(max_batch_bytes)
-        #: Trajectories the exporter accepted / could not deliver.
-        self.sent = 0
-        self.failed = 0
-        self._buffer: list[Any] = []
-        self._buffer_bytes = 0
-        self._reported: set[str] = set()
-        self._failing = False
+        self._close_timeout = close_timeout
+        self._queue = ExportQueue(
+            self._send,
+            describe=f"OTLP logs {self._target}",
+            stop_exporter=exporter.shutdown,
+            name="agenttrace-log-export",
+            max_queue=max_queue,
+            max_batch=self.batch_size,
+            size_of=_record_size,
+            max_batch_bytes=self.max_batch_bytes,
+            retry_interval=retry_interval,
+            unit="trajectories",
+        )
         self._closed = False
+
+    @property
+    def sent(self) -> int:
+        """Trajectories the endpoint accepted."""
+        return self._queue.exported
+
+    @property
+    def failed(self) -> int:
+        """Trajectories that did not reach the endpoint (every reason)."""
+        return self._queue.not_exported
+
+    @property
+    def queue(self) -> ExportQueue:
+        return self._queue
 
     def _record(self, trajectory: Trajectory, body: str) -> Any:
         # Protobuf strings must be valid UTF-8; the body keeps exact JSON escapes instead.
@@ -212,75 +242,37 @@ class OtlpLogSink:
         )
 
     def write(self, trajectory: Trajectory) -> None:
-        """Buffer one record; exports when ``batch_size`` records (or the byte cap) are due."""
+        """Queue one record; it is sent with the next batch (``batch_size`` records, or
+        ``max_batch_bytes`` of bodies, or within a second)."""
         if self._closed:
             raise RuntimeError("OtlpLogSink is closed; cannot write")
         body = utf8_safe(trajectory.to_json())
-        size = len(body)
-        if self._buffer and self._buffer_bytes + size > self.max_batch_bytes:
-            self._export()
-        self._buffer.append(self._record(trajectory, body))
-        self._buffer_bytes += size
-        if len(self._buffer) >= self.batch_size:
-            self._export()
+        self._queue.put((self._record(trajectory, body), len(body)))
 
-    def _export(self) -> None:
-        batch, self._buffer = self._buffer, []
-        self._buffer_bytes = 0
-        if not batch:
-            return
-        try:
-            result = self.exporter.export(batch)
-        except Exception as exc:  # an exporter must not break the writer thread
-            self._failure(len(batch), type(exc).__name__, f"{type(exc).__name__}: {exc}")
-            return
-        if result == self._ExportResult.SUCCESS:
-            self.sent += len(batch)
-            if self._failing:
-                _logger.warning(
-                    "agenttrace: OTLP log export to %s works again (%d trajectories lost so far)",
-                    self._target,
-                    self.failed,
-                )
-                self._failing = False
-                self._reported.clear()
-        else:
-            self._failure(len(batch), "FAILURE", "the exporter reported FAILURE")
+    def _send(self, batch: list[tuple[Any, int]]) -> bool:
+        return self.exporter.export([record for record, _ in batch]) == self._ExportResult.SUCCESS
 
-    def _failure(self, count: int, kind: str, reason: str) -> None:
-        """Count the loss; log only the first failure of each kind until exports recover."""
-        self.failed += count
-        self._failing = True
-        if kind in self._reported:
-            return
-        self._reported.add(kind)
-        _logger.error(
-            "agenttrace: could not export %d trajectories as OTLP logs to %s (%s); "
-            "further failures like this are only counted (OtlpLogSink.failed)",
-            count,
-            self._target,
-            reason,
-        )
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Send what is queued now; wait for it at most ``timeout`` seconds (not at all
+        while the endpoint is down). True when all of it was sent or given up."""
+        return self._queue.flush(timeout)
 
-    def flush(self) -> None:
-        """Export the buffered records now."""
-        self._export()
-
-    def close(self) -> None:
-        """Export what is buffered and shut the exporter down; later writes raise."""
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued, within ``timeout`` (``close_timeout`` when not given), then
+        shut the exporter down; what is left is counted as failed. Later writes raise."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._export()
-        finally:
-            try:
-                self.exporter.shutdown()
-            except Exception as exc:
-                _logger.warning("agenttrace: OTLP log exporter shutdown failed: %s", exc)
+        self._queue.close(self._close_timeout if timeout is None else timeout)
+        if self.failed:
+            _logger.warning("agenttrace: %s", self._queue.loss_summary())
 
     def __repr__(self) -> str:
         return f"OtlpLogSink({self._target})"
+
+
+def _record_size(item: tuple[Any, int]) -> int:
+    return item[1]
 
 
 def _trace_id(text: str | None) -> int:
