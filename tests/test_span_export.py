@@ -149,3 +149,23 @@ def test_the_exporters_retry_lines_stay_out_of_the_programs_log(tmp_path, monkey
     assert "3 spans not sent to the OTLP endpoint (export failed: 3; Connection refused)" in (
         runtime.summary_line() or ""
     )
+
+
+def test_the_writer_process_sends_to_the_endpoint_set_when_configure_ran(
+    tmp_path, monkeypatch, collector
+):
+    """One helper process serves every pipeline of a process and keeps the environ it was
+    started with; the span export is made with the OTEL_* variables configure() saw."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    first = at.configure(out=str(tmp_path), writer="process")
+    with at.episode():
+        pass
+    first.shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint)
+    runtime = at.configure(out=str(tmp_path), writer="process")
+    assert runtime.trajectory_processor.writer.in_helper_process
+    with at.episode(task_id="later"):
+        pass
+    runtime.shutdown()
+    assert [span.name for span in collector.spans] == [sc.EPISODE]
+    assert runtime.stats()["spans_exported"] == 1

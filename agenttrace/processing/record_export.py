@@ -77,8 +77,8 @@ def otlp_exporter(signal: str, environment: Mapping[str, str] | None = None) -> 
     transport = otlp_protocol(signal, environment)
     module_name, class_name = _OTLP_EXPORTERS[signal]
     module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{transport}.{module_name}")
-    if environment is None:
-        return getattr(module, class_name)()
+    if environment is None or dict(environment) == otel_environment():
+        return getattr(module, class_name)()  # (the program's environ is never touched)
     with _environment_lock, _otel_environment(environment):
         return getattr(module, class_name)()
 
