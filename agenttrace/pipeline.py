@@ -268,14 +268,15 @@ class AgentTrace:
                 ok = False
         return ok
 
-    def shutdown(self, timeout_millis: int | None = None) -> None:
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
         """Flush, write still-open episodes as incomplete, close files. Idempotent.
 
-        Everything shares one deadline, ``timeout_millis`` from now (the ``exit_timeout``
-        setting when not given): the writer (files first, then the span export and sinks
-        that send over the network) and the metrics' last export each get a share. Files are
-        always finished; what is not sent by then is counted (:meth:`stats`), never waited
-        on longer, and no exporter's failure is raised. Then, unless the ``exit_report``
+        Everything shares one deadline, ``timeout_millis`` from now (at exit, on SIGTERM
+        and when a worker process ends: the ``exit_timeout`` setting): the writer (files
+        first, then the span export and sinks that send over the network) and the metrics'
+        last export each get a share. Files are always finished; what is not sent by then
+        is counted (:meth:`stats`), never waited on longer, and no exporter's failure is
+        raised. Then, unless the ``exit_report``
         setting is false, says on stderr in one line how many episodes were written and
         where, and what did not reach the endpoint (:meth:`summary_line`). Runs by itself at
         exit, on SIGTERM and when a worker process ends.
@@ -284,8 +285,6 @@ class AgentTrace:
             return
         self._shut_down = True
         atexit.unregister(self._at_exit)
-        if timeout_millis is None:
-            timeout_millis = int(self.settings.exit_timeout * 1000)
         deadline = time.monotonic() + timeout_millis / 1000
         # The metrics' last export gets a share of its own: the writer (files first, then
         # the span export) may use the rest, and a dead endpoint must not leave it none.

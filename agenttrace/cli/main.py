@@ -315,7 +315,9 @@ def run_demo(args: argparse.Namespace, out: Console, err: Console) -> int:
         outcome, interrupted = _run_with_progress(args.episodes, concurrency, seed, err)
         ran = time.perf_counter() - started
     finally:
-        runtime.shutdown()  # flush and close the files before reading them back
+        # Flush and close the files before reading them back, within the exit deadline
+        # (a collector that is down must not hold the demo longer than it would a program).
+        runtime.shutdown(int(runtime.settings.exit_timeout * 1000))
         at.shutdown()  # and leave no default pipeline behind (main() may run in-process)
     total = time.perf_counter() - started
 
