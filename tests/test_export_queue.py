@@ -288,6 +288,11 @@ def test_exporter_lines_go_to_the_watcher_only_on_the_watched_thread(caplog) -> 
         ),
         ("Failed to export span batch code: 400, reason: bad", "span batch code: 400, reason: bad"),
         ("x" * 300, "x" * 157 + "..."),
+        (
+            "Failed to export traces to 127.0.0.1:4317, error code: StatusCode.UNAVAILABLE, "
+            "error details: failed to connect to all addresses",
+            "UNAVAILABLE: failed to connect to all addresses",
+        ),
     ],
 )
 def test_short_reasons(line: str, reason: str) -> None:

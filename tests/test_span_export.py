@@ -169,3 +169,66 @@ def test_the_writer_process_sends_to_the_endpoint_set_when_configure_ran(
     runtime.shutdown()
     assert [span.name for span in collector.spans] == [sc.EPISODE]
     assert runtime.stats()["spans_exported"] == 1
+
+
+class GrpcReceiver:
+    """An OTLP/gRPC trace receiver on 127.0.0.1 (grpcio comes with the OTLP exporter);
+    ``status``, when set, is the gRPC error every export gets."""
+
+    def __init__(self, status=None) -> None:
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as messages
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as service
+
+        self.spans: list = []
+        receiver = self
+
+        class Servicer(service.TraceServiceServicer):
+            def Export(self, request, context):
+                if status is not None:
+                    context.abort(status, "refused by the test")
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        receiver.spans.extend(scope.spans)
+                return messages.ExportTraceServiceResponse()
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        service.add_TraceServiceServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.stop(grace=None)
+
+
+def test_grpc_export_from_the_writer_process(tmp_path, monkeypatch) -> None:
+    import grpc
+
+    receiver = GrpcReceiver()
+    failing = GrpcReceiver(status=grpc.StatusCode.PERMISSION_DENIED)  # not retried
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        runtime = at.configure(out=str(tmp_path), writer="process", metrics="none")
+        for _ in range(5):
+            with at.episode(), at.timestep(), at.env_step() as step:
+                step.record(reward=1.0)
+        runtime.shutdown()
+        assert len(receiver.spans) == 15 == runtime.stats()["spans_exported"]
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", failing.endpoint)
+        runtime = at.configure(out=str(tmp_path), writer="process", metrics="none")
+        with at.episode(), at.timestep(), at.env_step() as step:
+            step.record(reward=1.0)
+        runtime.shutdown()
+        stats = runtime.stats()
+        assert stats["spans_not_exported_export_failed"] == 3 and failing.spans == []
+        assert stats["span_export_error"] == "PERMISSION_DENIED: refused by the test"
+    finally:
+        receiver.stop()
+        failing.stop()

@@ -536,6 +536,10 @@ def short_reason(message: str) -> str:
     errno = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", text)
     if errno:
         return errno.group(1).strip()
+    grpc = re.search(r"error code: StatusCode\.(\w+)(?:, error details: (.*))?", text)
+    if grpc:  # the gRPC exporter's "Failed to export traces to HOST, error code: ..."
+        text = grpc.group(1) + (f": {grpc.group(2).strip()}" if grpc.group(2) else "")
+        return text if len(text) <= 160 else text[:157] + "..."
     for prefix in ("Transient error ", "Failed to export "):
         if text.startswith(prefix):
             text = text[len(prefix) :]
