@@ -27,7 +27,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from agenttrace import _logging, config, process_end
+from agenttrace import _logging, config, exit_line, process_end
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
@@ -276,10 +276,10 @@ class AgentTrace:
         first, then the span export and sinks that send over the network) and the metrics'
         last export each get a share. Files are always finished; what is not sent by then
         is counted (:meth:`stats`), never waited on longer, and no exporter's failure is
-        raised. Then, unless the ``exit_report``
-        setting is false, says on stderr in one line how many episodes were written and
-        where, and what did not reach the endpoint (:meth:`summary_line`). Runs by itself at
-        exit, on SIGTERM and when a worker process ends.
+        raised. Then, unless the ``exit_report`` setting is false, says on stderr in one line
+        how many episodes were written and where, and what did not reach the endpoint
+        (:meth:`summary_line`). Runs by itself at exit, on SIGTERM and when a worker process
+        ends.
         """
         if self._shut_down:
             return
@@ -347,25 +347,11 @@ class AgentTrace:
             return None
         stats = self.stats()
         episodes = stats.get("episodes_written", 0)
-        lost = _losses(stats)
-        not_sent = int(stats.get("spans_not_exported", 0) or 0)
-        if not_sent:
-            kept = " (all in the span file)" if self.span_paths else ""
-            why = _export_reasons(stats)
-            lost.append(
-                f"{not_sent:,} span{'' if not_sent == 1 else 's'} not sent to the OTLP "
-                f"endpoint ({why}){kept}"
-            )
-        not_logged = int(stats.get("trajectories_not_exported", 0) or 0)
-        if not_logged:
-            lost.append(
-                f"{not_logged:,} trajector{'y' if not_logged == 1 else 'ies'} not sent to the "
-                "OTLP logs endpoint"
-            )
+        lost = exit_line.losses(stats)
+        lost += exit_line.not_sent(stats, kept_in_file=bool(self.span_paths))
         exporter = self.metric_exporter
         if exporter is not None and (exporter.failed or not exporter.exported):
-            why = f" ({exporter.last_error})" if exporter.last_error else ""
-            lost.append(f"episode metrics not sent to the OTLP endpoint{why}")
+            lost.append(exit_line.metrics_not_sent(exporter.last_error))
         scores = int(stats.get("scores_written", 0) or 0)
         if not (episodes or stats.get("spans_written", 0) or lost or scores):
             return None
@@ -444,47 +430,6 @@ class AgentTrace:
             self.metrics.failures if self.metrics is not None else 0
         )
         return stats
-
-
-#: Counters of what was lost, for the exit report: (label, counters summed).
-_LOSS_LABELS = (
-    (
-        "episode",
-        (
-            "episodes_dropped_open_limit",
-            "episodes_dropped_queue_full",
-            "episodes_failed_assembly",
-            "episodes_lost_writer_crash",
-        ),
-    ),
-    (
-        "span",
-        (
-            "spans_dropped",  # queue full, failed write
-            "late_spans",
-            "spans_too_late_for_step",
-            "spans_lost_writer_crash",
-        ),
-    ),
-)
-
-
-def _losses(stats: dict[str, Any]) -> list[str]:
-    """``["3 episodes lost", "2 errors"]``: the non-zero loss and error counts."""
-    found = []
-    for label, keys in _LOSS_LABELS:
-        count = sum(int(stats.get(key, 0) or 0) for key in keys)
-        if count:
-            found.append(f"{count} {label}{'' if count == 1 else 's'} lost")
-    errors = (
-        sum((stats.get("sink_errors") or {}).values())
-        + int(stats.get("metrics_failures", 0) or 0)
-        + int(stats.get("export_content_blob_failures", 0) or 0)
-        + int(stats.get("internal_errors", 0) or 0)
-    )
-    if errors:
-        found.append(f"{errors} error{'' if errors == 1 else 's'}")
-    return found
 
 
 def _is_worker_process() -> bool:
@@ -612,22 +557,6 @@ def _guarded(what: str, step: Callable[[], Any]) -> None:
         step()
     except Exception:
         logger.debug("agenttrace: %s failed at shutdown", what, exc_info=True)
-
-
-def _export_reasons(stats: dict[str, Any]) -> str:
-    """``endpoint down: 1,200, at the exit deadline: 30``: why spans were not sent."""
-    parts = [
-        f"{label}: {int(stats.get(key, 0) or 0):,}"
-        for key, label in (
-            ("spans_not_exported_export_failed", "export failed"),
-            ("spans_not_exported_endpoint_down", "endpoint down"),
-            ("spans_not_exported_queue_full", "queue full"),
-            ("spans_not_exported_at_shutdown", "still queued at the exit deadline"),
-        )
-        if stats.get(key)
-    ]
-    error = stats.get("span_export_error")
-    return ", ".join(parts) + (f"; {error}" if error else "")
 
 
 # --- the default instance -------------------------------------------------------------------
