@@ -303,7 +303,7 @@ def test_a_reader_that_aborts_leaves_no_output(tmp_path, capsys, monkeypatch) ->
     target = tmp_path / "out" / "x.jsonl"
     code, _, err = export(capsys, "--from", str(tmp_path / "spans.pb.zst"), "--out", str(target))
     assert code == 1
-    assert "pip install 'otel-agenttrace[zstd]'" in err
+    assert "pip install -e '.[zstd]' from a clone" in err
     assert "Traceback" not in err
     assert _names(tmp_path) == ["spans.pb.zst"]
 

@@ -312,7 +312,7 @@ def test_zstd_frames_without_zstandard_cost_their_frame(run, tmp_path, capsys, m
     written = {t.episode_id: t for t in load_trajectories(tmp_path / "out.jsonl")}
     assert_isolated(run, written, run.episode_of_line[5], kept=False)
     located = assert_one_error(err, source, 6)  # (the frame number as the line)
-    assert "frame 6 at byte" in located and "pip install 'otel-agenttrace[zstd]'" in located
+    assert "frame 6 at byte" in located and "pip install -e '.[zstd]' from a clone" in located
 
 
 def test_clean_input_still_exits_0_and_says_nothing(run, tmp_path, capsys) -> None:
