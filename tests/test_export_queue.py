@@ -297,3 +297,161 @@ def test_exporter_lines_go_to_the_watcher_only_on_the_watched_thread(caplog) -> 
 )
 def test_short_reasons(line: str, reason: str) -> None:
     assert short_reason(line) == reason
+
+
+def test_what_is_queued_when_the_endpoint_goes_down_is_given_up_and_counted() -> None:
+    """Items queued behind the export that makes the endpoint down are not sent: counted as
+    skipped, and a flush waiting for them returns."""
+    release = threading.Event()
+    endpoint = Endpoint(ok=lambda batch: not release.wait(10))
+    queue = ExportQueue(
+        endpoint, describe="test", max_batch=4, max_in_flight=1, down_after=1, retry_interval=60
+    )
+    queue.put_many(range(4))  # sent, and held by the endpoint
+    assert wait_until(lambda: len(endpoint.batches) == 1)
+    assert queue.put_many(range(10, 17)) == 7  # queued behind it
+    release.set()  # the export fails: down, and what waited is given up at once
+    assert wait_until(lambda: queue.pending == 0, timeout=5)
+    assert queue.flush(5.0) is True  # nothing left to wait for
+    assert endpoint.batches == [[0, 1, 2, 3]]
+    assert (queue.failed, queue.skipped, queue.exported) == (4, 7, 0)
+    assert queue.put_many(range(3)) == 0 and queue.put(3) is False  # and while down
+    assert queue.skipped == 11
+    queue.close(1.0)
+    adds_up(queue, 15)
+
+
+def test_batches_are_bounded_by_bytes_too() -> None:
+    endpoint = Endpoint()
+    queue = ExportQueue(
+        endpoint,
+        describe="test",
+        max_batch=100,
+        max_in_flight=1,
+        schedule_delay=60,
+        size_of=lambda item: item,
+        max_batch_bytes=10,
+    )
+    queue.put_many([4, 4, 4])  # 12 bytes: a batch is ready by size, not count
+    assert wait_until(lambda: len(endpoint.batches) == 1)
+    assert endpoint.batches == [[4, 4]]  # 8; the third would pass 10
+    queue.put_many([30, 1])  # too large alone: it still goes, alone
+    assert queue.flush(5.0)
+    assert endpoint.batches == [[4, 4], [4], [30], [1]]
+    queue.put_many([3, 3])  # 6 bytes: not ready until the delay or a flush
+    time.sleep(0.2)
+    assert len(endpoint.batches) == 4
+    queue.close(1.0)
+    assert endpoint.batches[-1] == [3, 3]
+    assert adds_up(queue, 7)["exported"] == 7
+
+
+def test_one_success_resets_the_failures_in_a_row_and_each_outage_is_counted() -> None:
+    answers = iter([False, True, False, True, False, False, True])
+    endpoint = Endpoint(ok=lambda batch: next(answers))
+    queue = ExportQueue(
+        endpoint,
+        describe="test",
+        max_batch=1,
+        max_in_flight=1,
+        schedule_delay=0.01,
+        down_after=2,
+        retry_interval=0.05,
+    )
+    for item in range(4):  # fail, ok, fail, ok: never two in a row
+        queue.put(item)
+        assert queue.flush(5.0)
+        assert not queue.endpoint_down
+    for item in (4, 5):  # two in a row: down
+        queue.put(item)
+        assert queue.flush(5.0)
+    assert queue.endpoint_down and queue.times_down == 1
+    time.sleep(0.1)
+    queue.put(6)  # the probe works: up
+    assert queue.flush(5.0)
+    assert not queue.endpoint_down
+    assert (queue.exported, queue.failed) == (3, 4)
+    queue.close(1.0)
+
+
+def test_each_failed_probe_doubles_the_wait_up_to_the_limit() -> None:
+    endpoint = Endpoint(ok=False)
+    queue = ExportQueue(
+        endpoint,
+        describe="test",
+        max_batch=1,
+        max_in_flight=1,
+        schedule_delay=0.01,
+        down_after=1,
+        retry_interval=0.05,
+        max_retry_interval=0.15,
+    )
+    waits = []
+    for item in range(4):
+        if item:
+            time.sleep(queue.retry_wait + 0.05)  # past the wait: the next put probes
+        queue.put(item)
+        assert queue.flush(5.0)
+        assert queue.endpoint_down
+        waits.append(queue.retry_wait)
+    assert waits == [0.05, 0.1, 0.15, 0.15]
+    assert queue.times_down == 1  # one outage, probed three times
+    assert queue.failed == 4
+    queue.close(1.0)
+
+
+def test_a_short_block_timeout_waits_then_drops() -> None:
+    release = threading.Event()
+    endpoint = Endpoint(ok=lambda batch: release.wait(10))
+    queue = ExportQueue(
+        endpoint, describe="test", max_queue=2, max_batch=1, max_in_flight=1, block_timeout=0.3
+    )
+    queue.put(0)
+    assert wait_until(lambda: len(endpoint.batches) == 1)  # held by the endpoint
+    assert queue.put_many([1, 2]) == 2
+    started = time.monotonic()
+    assert queue.put(3) is False  # waited for room that did not come
+    assert 0.25 < time.monotonic() - started < 2.0
+    assert (queue.waits, queue.dropped) == (1, 1)
+    release.set()
+    queue.close(5.0)
+    adds_up(queue, 4)
+
+
+def test_the_loss_summary_names_every_reason_and_the_last_error() -> None:
+    release = threading.Event()
+    endpoint = Endpoint(ok=lambda batch: RuntimeError("boom") if batch[0] < 2 else release.wait(5))
+    queue = ExportQueue(
+        endpoint,
+        describe="the endpoint",
+        max_queue=3,
+        max_batch=1,
+        max_in_flight=1,
+        down_after=10,
+        unit="records",
+    )
+    for item in range(2):
+        queue.put(item)
+        assert queue.flush(5.0)
+    queue.put(2)
+    assert wait_until(lambda: len(endpoint.batches) == 3)  # in flight, held
+    assert queue.put_many(range(3, 7)) == 3  # 3 queued, 1 refused
+    queue.close(0.2)
+    release.set()
+    assert queue.loss_summary() == (
+        "7 of 7 records not exported to the endpoint (1 queue full, 2 export failed, "
+        "4 still queued at the shutdown deadline; last error: RuntimeError: boom)"
+    )
+    assert queue.loss_summary("spans").startswith("7 of 7 spans not exported")
+
+
+def test_a_raising_export_is_logged_once(caplog) -> None:
+    endpoint = Endpoint(ok=lambda batch: RuntimeError("boom"))
+    queue = ExportQueue(endpoint, describe="the endpoint", max_batch=1, down_after=100)
+    with caplog.at_level(logging.WARNING, logger="agenttrace"):
+        queue.put_many(range(3))
+        assert queue.flush(5.0)
+    raised = [r for r in caplog.records if "raised while exporting" in r.getMessage()]
+    assert len(raised) == 1 and "the endpoint" in raised[0].getMessage()
+    assert raised[0].exc_info is not None
+    queue.close(1.0)

@@ -230,6 +230,11 @@ class ExportQueue:
         return self._down
 
     @property
+    def retry_wait(self) -> float:
+        """Seconds between probes of an endpoint that is down (doubles per failed probe)."""
+        return self._retry_wait
+
+    @property
     def not_exported(self) -> int:
         return self.dropped + self.failed + self.skipped + self.abandoned
 
