@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from conftest import wait_until
 
 from agenttrace.processing.export_queue import (
     COUNTERS,
@@ -19,15 +20,6 @@ from agenttrace.processing.export_queue import (
     short_reason,
     watch_exporter_logs,
 )
-
-
-def wait_until(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 class Endpoint:

@@ -9,6 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import wait_until
 from conftest_sinks_helpers import make_batch, make_trajectory
 from opentelemetry._logs import get_logger_provider
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -25,15 +26,6 @@ from agenttrace.trajectory.model import Trajectory
 
 SECRET = "s3cret-token-value"
 SINK_LOGGER = "agenttrace"  # (the export queue's lines)
-
-
-def wait_until(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 class Collector:

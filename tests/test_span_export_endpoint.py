@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from backend_servers import BlackHole, OtlpReceiver
+from conftest import wait_until
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -100,15 +101,6 @@ def end_spans(tracer: Any, count: int, prefix: str = "s") -> float:
         span.end()
         longest = max(longest, time.perf_counter() - started)
     return longest
-
-
-def wait_until(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def assert_adds_up(processor: at.LosslessSpanProcessor, ended: int) -> None:
