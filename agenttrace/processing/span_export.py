@@ -22,7 +22,6 @@ missing span.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry.context import Context
@@ -31,7 +30,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from agenttrace.processing.export_queue import COUNTERS, ExportQueue
 
-__all__ = ["COUNTERS", "LosslessSpanProcessor", "describe_exporter", "export_counts"]
+__all__ = ["COUNTERS", "LosslessSpanProcessor", "describe_exporter"]
 
 logger = logging.getLogger("agenttrace")
 
@@ -184,16 +183,6 @@ class LosslessSpanProcessor(SpanProcessor):
         self._queue.close(max(0.0, timeout))
         if self._log_losses and self.not_exported:
             logger.warning("agenttrace: %s", self.loss_summary())
-
-
-def export_counts(processors: Iterable[Any]) -> dict[str, int]:
-    """``counts()`` summed over ``processors`` (anything with ``counts()``: span processors,
-    export queues); every name of :data:`COUNTERS` is there, 0 without processors."""
-    total = dict.fromkeys(COUNTERS, 0)
-    for processor in processors:
-        for name, value in processor.counts().items():
-            total[name] += value
-    return total
 
 
 def describe_exporter(exporter: Any) -> str:
