@@ -57,6 +57,13 @@ class Endpoint:
         return [item for batch in self.batches for item in batch]
 
 
+def one_at_a_time(endpoint: Endpoint, **options) -> ExportQueue:
+    """A queue that sends each item alone, one export at a time, at once."""
+    return ExportQueue(
+        endpoint, describe="test", max_batch=1, max_in_flight=1, schedule_delay=0.01, **options
+    )
+
+
 def adds_up(queue: ExportQueue, put: int) -> dict[str, int]:
     counts = queue.counts()
     assert list(counts) == list(COUNTERS)
@@ -341,15 +348,7 @@ def test_batches_are_bounded_by_bytes_too() -> None:
 def test_one_success_resets_the_failures_in_a_row_and_each_outage_is_counted() -> None:
     answers = iter([False, True, False, True, False, False, True])
     endpoint = Endpoint(ok=lambda batch: next(answers))
-    queue = ExportQueue(
-        endpoint,
-        describe="test",
-        max_batch=1,
-        max_in_flight=1,
-        schedule_delay=0.01,
-        down_after=2,
-        retry_interval=0.05,
-    )
+    queue = one_at_a_time(endpoint, down_after=2, retry_interval=0.05)
     for item in range(4):  # fail, ok, fail, ok: never two in a row
         queue.put(item)
         assert queue.flush(5.0)
@@ -368,16 +367,7 @@ def test_one_success_resets_the_failures_in_a_row_and_each_outage_is_counted() -
 
 def test_each_failed_probe_doubles_the_wait_up_to_the_limit() -> None:
     endpoint = Endpoint(ok=False)
-    queue = ExportQueue(
-        endpoint,
-        describe="test",
-        max_batch=1,
-        max_in_flight=1,
-        schedule_delay=0.01,
-        down_after=1,
-        retry_interval=0.05,
-        max_retry_interval=0.15,
-    )
+    queue = one_at_a_time(endpoint, down_after=1, retry_interval=0.05, max_retry_interval=0.15)
     waits = []
     for item in range(4):
         if item:
