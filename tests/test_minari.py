@@ -198,8 +198,9 @@ def test_space_inference_refuses_what_it_cannot_describe() -> None:
     assert infer_space([{"a": np.int64(3)}, {"a": np.int64(1)}]) == gym.spaces.Dict(
         {"a": gym.spaces.Discrete(4)}
     )
+    assert infer_space(["ab", "b"]) == gym.spaces.Text(2, min_length=1, charset="ab")
     with pytest.raises(ValueError, match="give the environment id or the spaces"):
-        infer_space(["text", "more"])
+        infer_space([[{"role": "user", "content": "hi"}]])  # chat messages: no space holds them
 
 
 def test_export_minari_errors_name_the_problem(tmp_path, capsys) -> None:

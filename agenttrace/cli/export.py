@@ -60,7 +60,7 @@ from agenttrace.cli.selection import (
     Splitter,
     part_outputs,
 )
-from agenttrace.sinks.minari_dataset import MinariSpacesError as DatasetError
+from agenttrace.sinks.minari_dataset import MinariDatasetError as DatasetError
 from agenttrace.sinks.minari_dataset import check_minari_arguments
 from agenttrace.sinks.single_file import output_kind
 from agenttrace.sinks.step_tables import check_target
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         if args.format == "minari":
             kind = "minari"
-            check_minari_arguments(args.dataset_id)
+            check_minari_arguments(args.dataset_id, args.env)
         elif args.out is None:
             raise ValueError("--out is required (the output file or folder)")
         elif args.format == "steps":

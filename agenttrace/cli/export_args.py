@@ -126,8 +126,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     minari.add_argument(
         "--env",
         metavar="ID",
-        help="registered gymnasium id whose spaces and spec the dataset records (default: "
-        "the episodes' rl.env.name when gymnasium knows it, else spaces inferred from values)",
+        help="gymnasium id whose spaces and spec the dataset records; PACKAGE:ID imports the "
+        "package that registers it, as gymnasium.make does (default: the episodes' recorded "
+        "rl.env.name when this process can find it, else spaces inferred from values)",
     )
     parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
     narrow = parser.add_argument_group("which episodes")

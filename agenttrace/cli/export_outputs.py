@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agenttrace.sinks.minari_dataset import MinariSpacesError as DatasetError
+from agenttrace.sinks.minari_dataset import MinariDatasetError as DatasetError
 from agenttrace.sinks.minari_dataset import why_not_minari
 from agenttrace.sinks.single_file import SingleFileWriter
 from agenttrace.sinks.step_tables import StepTablesFolder

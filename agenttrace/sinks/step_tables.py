@@ -50,6 +50,7 @@ EPISODES_FOLDER = "episode_table"  # (not "episodes": the JSON-per-episode sink'
 ENCODING_KEY = b"agenttrace.encoding"
 DTYPE_KEY = b"agenttrace.dtype"
 SHAPE_KEY = b"agenttrace.shape"
+CONTAINER_KEY = b"agenttrace.container"  # b"tuple": a struct whose rows are tuples
 TYPED, ENCODED = b"typed", b"json"
 #: Step rows per row group (also bounded by bytes), and per part file.
 ROW_GROUP_ROWS = 65_536
@@ -170,6 +171,9 @@ class _Struct:
     def __init__(self, children: dict[str, Any]) -> None:
         self.children = children
 
+    def _child(self, value: Any, key: str) -> Any:
+        return value.get(key)
+
     def arrow_type(self) -> Any:
         pa = _pyarrow()
         return pa.struct(
@@ -186,7 +190,7 @@ class _Struct:
         pa = _pyarrow()
         missing = [value is None for value in values]
         columns = [
-            child.array([None if value is None else value.get(key) for value in values])
+            child.array([None if value is None else self._child(value, key) for value in values])
             for key, child in self.children.items()
         ]
         fields = list(self.arrow_type())
@@ -195,10 +199,22 @@ class _Struct:
         )
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is _Struct and other.children == self.children
+        return type(other) is type(self) and other.children == self.children
 
     def __hash__(self) -> int:
-        return hash(tuple(self.children))
+        return hash((type(self).__name__, tuple(self.children)))
+
+
+class _Tuple(_Struct):
+    """Tuples of one length (``Tuple`` spaces): a struct with one child per position, named
+    ``"0"``, ``"1"``, ...; field metadata ``agenttrace.container = tuple`` says to read each
+    row back as a tuple."""
+
+    def _child(self, value: Any, key: str) -> Any:
+        return value[int(key)]
+
+    def metadata(self) -> dict[bytes, bytes]:
+        return {ENCODING_KEY: TYPED, CONTAINER_KEY: b"tuple"}
 
 
 _ARRAY_KINDS = "biuf"
@@ -235,6 +251,12 @@ def infer_column(values: Sequence[Any]) -> Any:
         return _Scalar("float64")
     if kind is str and all(type(v) is str for v in present):
         return _Scalar("string")
+    if kind is tuple and first and all(type(v) is tuple and len(v) == len(first) for v in present):
+        positions = {}
+        for position in range(len(first)):
+            child = infer_column([v[position] for v in present])
+            positions[str(position)] = _Encoded() if child is None else child
+        return _Tuple(positions)
     if kind is dict and first and all(isinstance(key, str) for key in first):
         keys = list(first)
         if all(type(v) is dict and list(v) == keys for v in present):
@@ -280,10 +302,12 @@ def step_schema(columns: dict[str, Any]) -> Any:
     return pa.schema(fields)
 
 
-def episode_schema() -> Any:
-    """The episodes table's Arrow schema (the same for every run)."""
+def episode_schema(observation: Any = None) -> Any:
+    """The episodes table's Arrow schema; ``final_observation`` has the steps table's
+    ``observation`` column type (None: the encoded column)."""
     pa = _pyarrow()
     json_text = {ENCODING_KEY: ENCODED}
+    final = _Encoded() if observation is None else observation
     return pa.schema(
         [
             pa.field("episode_id", pa.string()),
@@ -301,7 +325,7 @@ def episode_schema() -> Any:
             pa.field("error_type", pa.string()),
             pa.field("error_message", pa.string()),
             pa.field("attributes", pa.string(), metadata=json_text),
-            pa.field("final_observation", pa.string(), metadata=json_text),
+            pa.field("final_observation", final.arrow_type(), metadata=final.metadata()),
             pa.field("missing_steps", pa.list_(pa.int64())),
             pa.field("scores", pa.map_(pa.string(), pa.float64())),
         ]
@@ -343,8 +367,9 @@ def steps_batch(trajectory: Trajectory, columns: dict[str, Any]) -> Any:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def episode_batch(trajectory: Trajectory) -> Any:
-    """The episode's row of the episodes table."""
+def episode_batch(trajectory: Trajectory, observation: Any = None) -> Any:
+    """The episode's row of the episodes table; ``final_observation`` in the column type
+    ``observation`` (the steps table's; None: encoded)."""
     pa = _pyarrow()
     attributes = trajectory.attributes
     env_index = attributes.get(sc.ENV_INDEX)
@@ -366,14 +391,20 @@ def episode_batch(trajectory: Trajectory) -> Any:
         "error_type": None if error is None else error.type,
         "error_message": None if error is None else error.message,
         "attributes": utf8_safe(json.dumps(encode(attributes), ensure_ascii=False)),
-        "final_observation": _text_or_null(content_json(trajectory, "final_observation")),
         "missing_steps": [int(index) for index in trajectory.missing_steps],
         "scores": list(trajectory.scores.items()),
     }
-    schema = episode_schema()
-    return pa.RecordBatch.from_arrays(
-        [pa.array([row[field.name]], type=field.type) for field in schema], schema=schema
-    )
+    schema = episode_schema(observation)
+    arrays = []
+    for field in schema:
+        if field.name != "final_observation":
+            arrays.append(pa.array([row[field.name]], type=field.type))
+        elif observation is None or isinstance(observation, _Encoded):  # (text as stored)
+            text = _text_or_null(content_json(trajectory, "final_observation"))
+            arrays.append(pa.array([text], pa.string()))
+        else:
+            arrays.append(observation.array([trajectory.final_observation]))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def _text_or_null(text: str) -> str | None:
@@ -432,15 +463,15 @@ class StepTablesSink:
         """Add the episode's step rows and its episode row (both, or neither)."""
         if self._closed:
             raise RuntimeError(f"StepTablesSink({str(self.folder)!r}) is closed; cannot write")
-        columns = {
-            name: _keep(
-                self._columns[name], infer_column([getattr(s, name) for s in trajectory.steps])
-            )
-            for name in INFERRED
-        }
+        columns = {}
+        for name in INFERRED:
+            values = [getattr(s, name) for s in trajectory.steps]
+            if name == "observation":  # (the episodes table's final_observation: same type)
+                values.append(trajectory.final_observation)
+            columns[name] = _keep(self._columns[name], infer_column(values))
         try:
             steps = steps_batch(trajectory, columns)
-            episode = episode_batch(trajectory)
+            episode = episode_batch(trajectory, columns["observation"])
         except (self._pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(
                 f"episode {trajectory.episode_id!r} cannot be stored in the step tables: {exc}"
@@ -488,13 +519,17 @@ def column_values(table: Any, name: str) -> Any:
 
     A typed array column comes back as one numpy array of shape ``(rows, *shape)`` in the
     dtype recorded in its metadata (null rows are an error: use :func:`decoded_column`); an
-    encoded column as a list of decoded values; any other column as ``to_pylist()``.
+    encoded column as a list of decoded values; a struct column (Dict and Tuple spaces) as a
+    list of dicts or tuples whose children are rebuilt the same way, arrays and numpy
+    scalars in their dtype; any other column as ``to_pylist()``.
     """
     field = table.schema.field(name)
     metadata = field.metadata or {}
     column = table.column(name)
     if metadata.get(ENCODING_KEY) == ENCODED:
         return decoded_column(column)
+    if _pyarrow().types.is_struct(field.type):
+        return _rebuilt(field, column.combine_chunks())
     if DTYPE_KEY in metadata:
         dtype = np.dtype(metadata[DTYPE_KEY].decode())
         shape = tuple(json.loads(metadata[SHAPE_KEY]))
@@ -507,6 +542,41 @@ def column_values(table: Any, name: str) -> Any:
             (len(column), *shape)
         )
     return column.to_pylist()
+
+
+def _rebuilt(field: Any, array: Any) -> list[Any]:
+    """The values of one (possibly nested) column, as they were written."""
+    pa = _pyarrow()
+    metadata = field.metadata or {}
+    if metadata.get(ENCODING_KEY) == ENCODED:
+        return decoded_column(array)
+    if pa.types.is_struct(field.type):
+        names = [field.type.field(i).name for i in range(field.type.num_fields)]
+        children = [
+            _rebuilt(field.type.field(i), array.field(i)) for i in range(field.type.num_fields)
+        ]
+        rows: list[Any] = []
+        for row in range(len(array)):
+            if not array[row].is_valid:
+                rows.append(None)
+            elif metadata.get(CONTAINER_KEY) == b"tuple":
+                rows.append(tuple(child[row] for child in children))
+            else:
+                rows.append({key: child[row] for key, child in zip(names, children, strict=True)})
+        return rows
+    if DTYPE_KEY in metadata:
+        dtype = np.dtype(metadata[DTYPE_KEY].decode())
+        shape = tuple(json.loads(metadata[SHAPE_KEY]))
+        out: list[Any] = []
+        for value in array.to_pylist():
+            if value is None:
+                out.append(None)
+            elif shape:
+                out.append(np.asarray(value, dtype=dtype).reshape(shape))
+            else:
+                out.append(dtype.type(value))
+        return out
+    return array.to_pylist()
 
 
 def decoded_column(column: Any) -> list[Any]:
