@@ -57,6 +57,9 @@ EPISODE_ID = "rl.episode.id"  # on the episode and stamped on every descendant s
 EPISODE_EXTERNAL_ID = "rl.episode.external_id"
 TASK_ID = "rl.task.id"
 ENV_NAME = "rl.env.name"
+#: The gymnasium environment's spec as ``EnvSpec.to_json()`` text (id, entry point, kwargs):
+#: what rebuilds the env, and its spaces, in a process that never imported it (Minari).
+ENV_SPEC = "rl.env.spec"
 #: Which sub-environment of a vector environment the episode ran on (0, 1, ...).
 ENV_INDEX = "rl.env.index"
 #: The process that stepped that sub-environment (its pid: an async vector env's worker).

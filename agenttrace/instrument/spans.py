@@ -419,6 +419,9 @@ class EpisodeScope(_Scope):
             name = _env_name(env)
             if name:
                 self._attributes[sc.ENV_NAME] = name
+                spec = env_spec_json(env)
+                if spec:
+                    self._attributes.setdefault(sc.ENV_SPEC, spec)
 
     def _clone(self) -> EpisodeScope:
         clone = super()._clone()
@@ -590,6 +593,9 @@ class EpisodeScope(_Scope):
             name = _env_name(env)
             if name and sc.ENV_NAME not in self._attributes:
                 self.set_attribute(sc.ENV_NAME, name)
+                spec = env_spec_json(env)
+                if spec and sc.ENV_SPEC not in self._attributes:
+                    self.set_attribute(sc.ENV_SPEC, spec)
             self._register_env(env)
 
     @property
@@ -670,6 +676,20 @@ def _env_name(env: Any) -> str | None:
     spec = getattr(getattr(env, "unwrapped", env), "spec", None) or getattr(env, "spec", None)
     name = getattr(spec, "id", None)
     return name if isinstance(name, str) else None
+
+
+def env_spec_json(env: Any) -> str | None:
+    """A gymnasium env's spec as ``EnvSpec.to_json()`` text (``rl.env.spec``), or None when
+    it has none or it cannot be written (a callable entry point, kwargs JSON cannot hold)."""
+    spec = getattr(env, "spec", None)
+    to_json = getattr(spec, "to_json", None)
+    if to_json is None:
+        return None
+    try:
+        text = to_json()
+    except Exception:  # (gymnasium refuses callables and non-JSON kwargs)
+        return None
+    return text if isinstance(text, str) else None
 
 
 # --- public constructors ---------------------------------------------------------------------

@@ -57,7 +57,13 @@ from agenttrace._version import install_hint
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS
 from agenttrace.instrument.field_values import read_flag
 from agenttrace.instrument.proxies import PatchProxy
-from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope, TimestepScope
+from agenttrace.instrument.spans import (
+    EnvResetScope,
+    EnvStepScope,
+    EpisodeScope,
+    TimestepScope,
+    env_spec_json,
+)
 from agenttrace.processing.writer import AGENTTRACE_SCOPE
 from agenttrace.trajectory import Trajectory, build_trajectory, record_from_span
 from agenttrace.trajectory.records import SpanRecord
@@ -425,6 +431,9 @@ class TracedEnv(_GymWrapper):  # type: ignore[misc, valid-type]
         super().__init__(env)
         if env_name is None:
             env_name = _gym_env_name(env)
+        spec = env_spec_json(env)
+        if spec and isinstance(attributes, (dict, type(None))):  # (rebuilds it: docs/minari.md)
+            attributes = {sc.ENV_SPEC: spec, **(attributes or {})}
         sub_env = _sub_env_index.get()
         if sub_env is not None:  # made for a vector env built by hand (instrument_gymnasium)
             attributes = {**(attributes or {}), sc.ENV_INDEX: sub_env, sc.ENV_WORKER: os.getpid()}

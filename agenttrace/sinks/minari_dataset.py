@@ -198,6 +198,7 @@ class MinariSink:
         self.log_skips = True
         self._pending: list[tuple[Any, Trajectory]] = []
         self._structure: tuple[Any, Any] | None = None  # (observation, action), 1st episode
+        self._known: tuple[Any, Any, Any, Any] | None = None  # (see _known_spaces)
         self._dataset: Any = None
         self._failed: MinariDatasetError | None = None
         self._closed = False
@@ -222,6 +223,12 @@ class MinariSink:
                     why,
                 )
             return
+        if self._known is None:
+            try:
+                self._known = self._known_spaces(trajectory)
+            except MinariDatasetError as exc:
+                self._failed = exc
+                raise
         buffer, infos_problem = _buffer(trajectory, self.record_infos)
         shape = (structure(trajectory.steps[0].observation), structure(trajectory.steps[0].action))
         if self._structure is None:
@@ -272,13 +279,17 @@ class MinariSink:
             )
             raise self._failed from exc
 
-    def _spaces(self, trajectories: list[Trajectory]) -> tuple[Any, Any, Any]:
-        """(env spec or None, observation space, action space) of the dataset."""
+    def _known_spaces(self, trajectory: Trajectory) -> tuple[Any, Any, Any, Any]:
+        """(env spec or None, observation space, action space, the recorded env name) as far
+        as they are known before any value is read: the env given, the spaces given, the
+        env recorded at run time (``rl.env.spec``, ``rl.env.name``). None: to be inferred.
+        A known space Minari cannot store is refused here, before any episode is buffered."""
         observation_space, action_space = self.observation_space, self.action_space
         spec = self._spec
-        recorded = trajectories[0].attributes.get(sc.ENV_NAME)
+        attributes = trajectory.attributes
+        recorded = attributes.get(sc.ENV_NAME)
         if spec is None and (observation_space is None or action_space is None):
-            spec = recorded_spec(recorded)
+            spec = recorded_spec(recorded, attributes.get(sc.ENV_SPEC))
         if spec is not None and (observation_space is None or action_space is None):
             try:
                 made = environment_spaces(spec)
@@ -290,17 +301,25 @@ class MinariSink:
                 observation_space = made[0]
             if action_space is None:
                 action_space = made[1]
-        unknown = None if spec is not None else recorded
+        for space, what in ((observation_space, "observations"), (action_space, "actions")):
+            if space is not None:
+                check_storable(space, what)
+        return spec, observation_space, action_space, None if spec is not None else recorded
+
+    def _spaces(self, trajectories: list[Trajectory]) -> tuple[Any, Any, Any]:
+        """(env spec or None, observation space, action space) of the dataset: the known
+        ones, the others inferred from the values of ``trajectories``."""
+        assert self._known is not None
+        spec, observation_space, action_space, unknown = self._known
+        steps = [step for trajectory in trajectories for step in trajectory.steps]
         if observation_space is None:
-            steps = [step for trajectory in trajectories for step in trajectory.steps]
             observations = [step.observation for step in steps]
             observations += [t.final_observation for t in trajectories]
             observation_space = inferred(observations, "observations", unknown)
+            check_storable(observation_space, "observations")
         if action_space is None:
-            steps = [step for trajectory in trajectories for step in trajectory.steps]
             action_space = inferred([step.action for step in steps], "actions", unknown)
-        check_storable(observation_space, "observations")
-        check_storable(action_space, "actions")
+            check_storable(action_space, "actions")
         return spec, observation_space, action_space
 
     def _create(self, buffers: list[Any], trajectories: list[Trajectory]) -> Any:

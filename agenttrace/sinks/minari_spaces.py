@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 import string
 from collections.abc import Sequence
 from typing import Any
@@ -132,9 +133,17 @@ def environment_spaces(spec: Any) -> tuple[Any, Any]:
             env.close()
 
 
-def recorded_spec(name: Any) -> Any:
-    """The spec of an ``rl.env.name`` recorded at run time, or None when it is not a
-    gymnasium id this process can find (the values' spaces are inferred instead)."""
+def recorded_spec(name: Any, spec_json: Any = None) -> Any:
+    """The env spec recorded at run time: ``rl.env.spec`` (the spec itself, which makes the
+    env wherever its entry point can be imported), else the ``rl.env.name`` id when this
+    process can find it; None otherwise (the values' spaces are inferred instead)."""
+    if isinstance(spec_json, str) and spec_json:
+        from gymnasium.envs.registration import EnvSpec
+
+        try:
+            return EnvSpec.from_json(spec_json)
+        except Exception:  # (text from another gymnasium release, say: the id may do)
+            pass
     if not isinstance(name, str) or not name:
         return None
     try:
@@ -214,7 +223,7 @@ def inferred(values: Sequence[Any], what: str, recorded: Any = None) -> Any:
         first = values[0] if values else None
         while isinstance(first, dict) and first:  # (the value a Dict space could not hold)
             first = next(iter(first.values()))
-        if isinstance(recorded, str) and recorded:
+        if isinstance(recorded, str) and re.search(r"-v\d+$", recorded):  # (an id, not a class)
             env = (
                 f"the episodes' environment {recorded!r} is not registered here: name the "
                 f"package that registers it (--env PACKAGE:{recorded.rpartition(':')[2]}, or "
