@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from agenttrace import semconv as sc
 from agenttrace.processing._worker import BackgroundWorker
-from agenttrace.processing.foreign_spans import ForeignSpanPolicy
+from agenttrace.processing.foreign_spans import ForeignSpanPolicy, UndecidedSpans
 from agenttrace.processing.metrics import EpisodeMetrics
 from agenttrace.processing.writer import (
     DEFAULT_MAX_EPISODE_BYTES,
@@ -133,6 +133,13 @@ class TrajectoryProcessor(SpanProcessor):
         # Spans of other instrumentations follow agenttrace's content policy (secrets, content).
         self._foreign = foreign_spans or ForeignSpanPolicy()
         self._conventions = conventions if conventions else None
+        # Spans of other tracers held until their local root ends, when a tracer may say only
+        # at a span's end that it is an episode (UndecidedSpans).
+        self._undecided = (
+            UndecidedSpans()
+            if conventions and any(rule.role == "episode" for rule in conventions.spans)
+            else None
+        )
         # Wait for each finished episode to be written (Ray workers: Ray ends them without
         # running exit handlers, so what is still queued then would be lost).
         self._flush_each_episode = flush_each_episode
@@ -236,16 +243,19 @@ class TrajectoryProcessor(SpanProcessor):
                 if span.name == sc.ENV_VECTOR_STEP:
                     self._take_vector_step(record_from_span(span))
                     return
-                if not self._keeps_all_spans:
+                if not self._keeps_all_spans and self._undecided is None:
                     return
             record = record_from_span(span)
             if record.scope_name != sc.INSTRUMENTATION_SCOPE:
                 if self._conventions is not None:
-                    self._take_translated(record)
+                    self._take_translated(record, stamped=episode_id is not None)
                     return
                 record = self._foreign.apply(record)
             if episode_id is None:
-                self._put_spans([record])
+                if self._undecided is not None and _is_local_root(record):
+                    self._give_up(self._undecided.claim(record.trace_id, record.span_id))
+                if self._keeps_all_spans:
+                    self._put_spans([record])
                 return
             if type(episode_id) is not str:
                 episode_id = str(episode_id)
@@ -265,17 +275,60 @@ class TrajectoryProcessor(SpanProcessor):
         is_root = parent is None or parent.is_remote
         return conventions.starts_episode(span.name, attributes, is_root)
 
-    def _take_translated(self, record: SpanRecord) -> None:
+    def _take_translated(self, record: SpanRecord, *, stamped: bool) -> None:
         """Another tracer's span, in agenttrace's names (agenttrace.trajectory.conventions),
-        then under the content policy (which so covers what the translation wrote too)."""
+        then under the content policy (which so covers what the translation wrote too).
+
+        A span that is an episode only by what it holds at its end (``stamped`` False: no id
+        was stamped at its start) takes the spans below it that ended before it, unstamped
+        (UndecidedSpans); a span in no episode yet waits for its local root."""
+        undecided = self._undecided
         for part in self._conventions.translate(record):  # type: ignore[union-attr]
             part = self._foreign.apply(part)
             episode_id = part.attributes.get(sc.EPISODE_ID)
             if episode_id is None:
-                if self._keeps_all_spans:
-                    self._put_spans([part])
-            else:
-                self._take(str(episode_id), part)
+                if undecided is None:
+                    if self._keeps_all_spans:
+                        self._put_spans([part])
+                elif _is_local_root(part):
+                    self._give_up(undecided.claim(part.trace_id, part.span_id))
+                    if self._keeps_all_spans:
+                        self._put_spans([part])
+                else:
+                    self._give_up(undecided.hold(part), count=True)
+                continue
+            episode_id = str(episode_id)
+            if not stamped and undecided is not None and part.name == sc.EPISODE:
+                self._take_undecided(episode_id, part)
+            self._take(episode_id, part)
+
+    def _take_undecided(self, episode_id: str, episode_record: SpanRecord) -> None:
+        """An episode span that became one at its end: the held spans below it join it,
+        with the episode id they would have been stamped with at their start."""
+        held = self._undecided.claim(  # type: ignore[union-attr]
+            episode_record.trace_id, episode_record.span_id
+        )
+        if not held:
+            return
+        if self._track(episode_id, episode_record.span_id) is None:
+            self._give_up(held)  # late, or over the open-episode limit: span file only
+            return
+        for record in held:
+            attributes = dict(record.attributes)
+            attributes[sc.EPISODE_ID] = episode_id
+            self._take(episode_id, record._replace(attributes=attributes))
+
+    def _give_up(self, records: list[SpanRecord], *, count: bool = False) -> None:
+        """Held spans that join no episode: to the span file (counted when given up for
+        room or time, as they might have joined one)."""
+        if not records:
+            return
+        if count:
+            self._count("spans_undecided_given_up", len(records))
+        if self._keeps_all_spans:
+            sampled = [record for record in records if record.sampled]
+            if sampled:
+                self._put_spans(sampled)
 
     def _take(self, episode_id: str, record: SpanRecord) -> None:
         """Add a record to its open episode (opened by an episode span), finishing it when
@@ -448,6 +501,8 @@ class TrajectoryProcessor(SpanProcessor):
         self.writer.flush()
 
     def _expire_idle(self) -> None:
+        if self._undecided is not None and len(self._undecided):
+            self._give_up(self._undecided.expire(self._idle_timeout), count=True)
         now = time.monotonic()
         idle = []
         with self._lock:
@@ -477,6 +532,8 @@ class TrajectoryProcessor(SpanProcessor):
         self._closing = True  # (the exit deadline bounds the wait for the writer from now)
         with self._lock:
             still_open = list(self._open)
+        if self._undecided is not None:
+            self._give_up(self._undecided.drain())
         for episode_id in still_open:
             self._finish(episode_id)
         if still_open:
@@ -603,6 +660,7 @@ _LOSS_COUNTERS = (
     "late_spans",
     "episodes_dropped_queue_full",
     "spans_dropped_queue_full",
+    "spans_undecided_given_up",
 )
 #: Losses the writer counts (and logs itself).
 _WRITER_COUNTERS = (
@@ -619,6 +677,11 @@ _ALL_COUNTERS = (
     "episodes_open_at_shutdown",
     "spans_of_remote_episodes",
 )
+
+
+def _is_local_root(record: SpanRecord) -> bool:
+    """Whether the span has no parent in this process (a root, or a remote parent)."""
+    return not record.parent_span_id or record.parent_is_remote
 
 
 def _inherited_episode_id(parent_context: Context | None) -> Any:
