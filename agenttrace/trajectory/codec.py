@@ -32,7 +32,10 @@ encodes or decodes JSON: a value nested deeper is written (and read) as
 
 Decoding gives equal objects back. Dataclasses, pydantic models and enums are rebuilt when
 their class can be found among the modules already imported (decoding never imports code);
-otherwise they stay as their tagged dict, which re-encodes to the same JSON.
+otherwise they stay as their tagged dict, a :class:`~agenttrace.trajectory.kept_tags.Tagged`,
+as do ``$unserializable``, ``$json`` and tags this codec does not know: a Tagged re-encodes to
+the same JSON, byte for byte, in any process. Sets are written in one order (their items'
+JSON text sorted), so they too re-encode as they were read.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ except ImportError:  # pragma: no cover - exercised by tests that hide it
     _orjson = None
 
 from agenttrace._secrets import REDACTED, is_secret_name
+from agenttrace.trajectory.kept_tags import Tagged, holds_kept
 
 #: Arrays up to this many elements are written as readable nested lists.
 INLINE_ARRAY_LIMIT = 1024
@@ -218,13 +222,15 @@ def _encode(value: Any, redact: bool, depth: int) -> Any:
         return [_encode(item, redact, depth) for item in value]
     if cls is dict:
         return _encode_dict(value, redact, depth)
+    if cls is Tagged:
+        return _kept(value, redact, depth)
     if cls is np.ndarray:
         return _encode_ndarray(value, redact, depth)
     if cls is tuple:
         return {"$tuple": _items(value, redact, depth)}
     if isinstance(value, np.generic):
         item = value.item()
-        if isinstance(item, (bool, int, float, str)):
+        if isinstance(item, (bool, int, float, str)) and value.dtype.kind not in "mM":
             return {"$numpy": {"dtype": value.dtype.str, "value": _encode(item, False, 0)}}
         raw = base64.b64encode(value.tobytes()).decode("ascii")
         return {"$numpy": {"dtype": value.dtype.str, "b64": raw}}
@@ -263,10 +269,9 @@ def _encode(value: Any, redact: bool, depth: int) -> Any:
         return {"$datetime": value.isoformat()}
     if isinstance(value, _dt.date):
         return {"$date": value.isoformat()}
-    if isinstance(value, frozenset):
-        return {"$frozenset": _items(value, redact, depth)}
-    if isinstance(value, set):
-        return {"$set": _items(value, redact, depth)}
+    if isinstance(value, (set, frozenset)):  # (one order in every process: see module doc)
+        tag = "$frozenset" if isinstance(value, frozenset) else "$set"
+        return {tag: sorted(_items(value, redact, depth), key=_dump)}
     if isinstance(value, dict):
         return _encode_dict(dict(value), redact, depth)
     if isinstance(value, list):  # subclasses
@@ -276,6 +281,26 @@ def _encode(value: Any, redact: bool, depth: int) -> Any:
     if isinstance(value, tuple):  # subclasses such as NamedTuple
         return {"$tuple": _items(value, redact, depth)}
     return _fallback(value)
+
+
+def _kept(data: Any, redact: bool, depth: int) -> Any:
+    """A :class:`Tagged`'s JSON data as read (already encoded: copied, not escaped), checked
+    against MAX_DEPTH; anything else a caller put into it is encoded."""
+    cls = type(data)
+    if cls is dict or cls is Tagged:
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        if not all(type(key) is str for key in data):  # not JSON data: an ordinary dict
+            return _encode_dict(dict(data), redact, depth)
+        return {
+            key: REDACTED if redact and is_secret_name(key) else _kept(item, redact, depth + 1)
+            for key, item in data.items()
+        }
+    if cls is list:
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        return [_kept(item, redact, depth + 1) for item in data]
+    return _encode(data, redact, depth)  # (scalars as they are; NaN as {"$float": "nan"})
 
 
 def _items(value: Any, redact: bool, depth: int) -> list:
@@ -414,6 +439,12 @@ def _deep_text(value: Any, redact: bool) -> str:
             continue
         if cls is _Leave:
             path.discard(item)
+            continue
+        if cls is Tagged:  # (its JSON as read, however deep: this text is a $json's)
+            try:
+                parts.append(_dump(_kept(item, redact, 0)))
+            except (_TooDeep, RecursionError):
+                parts.append(_data_text(dict(item)))
             continue
         if not isinstance(item, (list, tuple, dict, set, frozenset)) or (
             isinstance(item, tuple) and not _plain_container(item)
@@ -621,7 +652,11 @@ def _plain_dtype(spec: Any) -> np.dtype:
     if type(spec) is not str:
         raise ValueError(f"a dtype is written as text, got {type(spec).__name__}")
     dtype = np.dtype(spec)
-    if dtype.fields is not None or dtype.kind == "V" or (dtype.itemsize == 0 and dtype.kind != "O"):
+    if (
+        dtype.fields is not None
+        or dtype.kind == "V"
+        or (dtype.itemsize == 0 and dtype.kind not in "OUS")
+    ):
         raise ValueError(f"dtype {spec!r} is not one agenttrace writes")
     return dtype
 
@@ -660,7 +695,10 @@ def _decode_tagged(tag: str, body: Any, original: dict, depth: int) -> Any:
     if tag == "$numpy":
         dtype = _plain_dtype(body["dtype"])
         if "b64" in body:
-            return np.frombuffer(base64.b64decode(body["b64"]), dtype=dtype)[0]
+            raw = base64.b64decode(body["b64"])
+            return np.frombuffer(raw, dtype=dtype)[0] if dtype.itemsize else dtype.type(raw)
+        if dtype.kind in "mM":  # (a number in the dtype's unit, as older versions wrote)
+            return np.array(body["value"], dtype=dtype)[()]
         return dtype.type(_decode(body["value"], inner))
     if tag == "$datetime":
         return _dt.datetime.fromisoformat(body)
@@ -678,11 +716,15 @@ def _decode_tagged(tag: str, body: Any, original: dict, depth: int) -> Any:
                         if not f.init and f.name in fields:
                             object.__setattr__(obj, f.name, fields[f.name])
                     return obj
-                if tag == "$pydantic" and hasattr(cls, "model_validate"):
+                if (
+                    tag == "$pydantic"
+                    and hasattr(cls, "model_validate")
+                    and not holds_kept(fields)  # (its model_dump would copy a Tagged to a dict)
+                ):
                     return cls.model_validate(fields)
             except Exception:
                 pass
-        return original
+        return Tagged(original)
     if tag == "$enum":
         cls = _resolve(body["type"])
         if isinstance(cls, type) and issubclass(cls, enum.Enum):
@@ -690,10 +732,10 @@ def _decode_tagged(tag: str, body: Any, original: dict, depth: int) -> Any:
                 return cls(_decode(body["value"], inner))
             except Exception:
                 pass
-        return original
+        return Tagged(original)
     if tag == DEEP_TAG and type(body) is not str:
         raise TypeError("$json holds JSON text")
-    return original  # $unserializable and $json stay as recorded
+    return Tagged(original)  # $unserializable and $json stay as recorded
 
 
 def _hashable(value: Any) -> Any:
@@ -706,7 +748,7 @@ def decode(data: Any) -> Any:
     try:
         return _decode(data, 0)
     except (_TooDeep, RecursionError):
-        return {DEEP_TAG: _data_text(data)}
+        return Tagged({DEEP_TAG: _data_text(data)})
 
 
 def _decode(data: Any, depth: int) -> Any:
@@ -722,6 +764,8 @@ def _decode(data: Any, depth: int) -> Any:
                     return _decode_tagged(tag, data[tag], data, depth)
                 except (KeyError, TypeError, ValueError, AttributeError) as exc:
                     raise ValueDecodeError(f"malformed {tag} value: {exc}") from exc
+            if type(tag) is str and tag.startswith("$"):  # a tag this codec does not know
+                return Tagged(data)
         depth += 1  # (scalars as they are, without a call each)
         return {
             key: _decode(item, depth) if type(item) is dict or type(item) is list else item
@@ -754,11 +798,11 @@ def loads(text: str) -> Any:
     except (TypeError, ValueError) as exc:
         raise ValueDecodeError(f"not JSON: {exc}") from exc
     except RecursionError:
-        return {DEEP_TAG: text if type(text) is str else _text_of(text)}
+        return Tagged({DEEP_TAG: text if type(text) is str else _text_of(text)})
     try:
         return _decode(data, 0)
     except (_TooDeep, RecursionError):
-        return {DEEP_TAG: text if type(text) is str else _text_of(text)}
+        return Tagged({DEEP_TAG: text if type(text) is str else _text_of(text)})
 
 
 def _text_of(raw: bytes | bytearray) -> str:
