@@ -18,6 +18,7 @@ from typing import Any
 
 import openai
 import pytest
+import responses_api
 from conftest import read_run
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
@@ -42,7 +43,8 @@ WEATHER_TOOL = {
 
 
 class ChatServer:
-    """Answers /v1/chat/completions; remembers every request and the body it answered."""
+    """Answers /v1/chat/completions and /v1/responses; remembers every request and the body
+    it answered."""
 
     def __init__(self) -> None:
         self.exchanges: list[dict[str, Any]] = []
@@ -60,11 +62,14 @@ class ChatServer:
                 exchange = {"headers": headers, "request": request}
                 with server._lock:
                     server.exchanges.append(exchange)
-                if self.path != "/v1/chat/completions":
+                if self.path not in ("/v1/chat/completions", "/v1/responses"):
                     self.send_error(404)
                     return
                 if request["model"] == "broken-model":
                     self._send_json(500, {"error": {"message": "model is down", "type": "server"}})
+                    return
+                if self.path == "/v1/responses":  # the Responses API (tests/responses_api.py)
+                    self._respond(exchange, request)
                     return
                 if request.get("stream"):
                     exchange["chunks"] = server.stream(request)
@@ -77,6 +82,19 @@ class ChatServer:
                     return
                 exchange["response"] = server.answer(request)
                 self._send_json(200, exchange["response"])
+
+            def _respond(self, exchange: dict, request: dict) -> None:
+                exchange["response"] = server.respond(request)
+                if not request.get("stream"):
+                    self._send_json(200, exchange["response"])
+                    return
+                exchange["events"] = responses_api.events(exchange["response"])
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for event in exchange["events"]:
+                    line = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                    self.wfile.write(line.encode())
 
             def _send_json(self, status: int, body: dict) -> None:
                 data = json.dumps(body).encode()
@@ -125,6 +143,10 @@ class ChatServer:
             },
             "system_fingerprint": "fp_test",
         }
+
+    def respond(self, request: dict) -> dict:
+        """A Responses API answer (/v1/responses), by the rules of :meth:`answer`."""
+        return responses_api.answer(request, len(self.exchanges))
 
     def stream(self, request: dict) -> list[dict]:
         n = len(self.exchanges)

@@ -20,8 +20,10 @@ from agenttrace._logging import warn_once as _warn_once
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.field_values import count_value, finish_texts, text_value
+from agenttrace.instrument.llm_requests import read_request, request_parameters
 from agenttrace.instrument.llm_results import read_result
 from agenttrace.instrument.scope import TURN_CALL_PRIORITY, _EpisodeState, _Frame, _Scope
+from agenttrace.trajectory.call_placement import final_answer_request
 
 
 def _turns_of(frame: _Frame | None) -> _EpisodeState | None:
@@ -143,8 +145,10 @@ class LLMCallScope(_Scope):
                 attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
                 if self._final_on.intersection(reasons):
                     self._record_final(attrs, list(reasons))
-                elif self._turn and reasons == ("stop",):
-                    self._record_final_answer()
+                elif self._turn and (
+                    reasons == ("stop",) or final_answer_request(output_messages)[0]
+                ):
+                    self._record_final_answer()  # (an answer, or a final-answer tool call)
             if attrs:
                 span.set_attributes(attrs)
         except Exception:
@@ -227,16 +231,10 @@ class LLMCallScope(_Scope):
             self._model = model
             self.set_attribute(sc.GEN_AI_REQUEST_MODEL, model)
             self._span.update_name(self._span_name())  # type: ignore[union-attr]
-        messages = arguments.get("messages", arguments.get("prompt", _UNSET))
-        tools = arguments.get("tools")
-        self.record(
-            input_messages=messages,
-            tool_definitions=tools if tools is not None else _UNSET,
-        )
-        for name, key in sc.GEN_AI_REQUEST_PARAMETERS.items():
-            value = arguments.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self._span.set_attribute(key, value)  # type: ignore[union-attr]
+        # messages= (or prompt=), or a Responses API call's instructions= and input=
+        self.record(**read_request(arguments))
+        for key, value in request_parameters(arguments).items():
+            self._span.set_attribute(key, value)  # type: ignore[union-attr]
 
     def _on_return(self, result: Any) -> None:
         self.record_response(result)
@@ -265,6 +263,7 @@ class ToolCallScope(_Scope):
     ) -> None:
         super().__init__(attributes, tracer_provider=tracer_provider, runtime=runtime)
         self._name = name
+        self._in_turn: tuple[_EpisodeState, int] | None = None  # (episode, index)
         self._attributes[sc.GEN_AI_OPERATION_NAME] = sc.GEN_AI_OPERATION_EXECUTE_TOOL
         if name:
             self._attributes[sc.GEN_AI_TOOL_NAME] = name
@@ -286,7 +285,16 @@ class ToolCallScope(_Scope):
             index = episode.tool_index()
             if index is not None:
                 attributes[sc.TIMESTEP_INDEX] = index
+                self._in_turn = (episode, index)
+                self._end_if_final_answer()
         return frame
+
+    def _end_if_final_answer(self) -> None:
+        """A final-answer tool (``final_answer``, ...) run in a turn does not consume the
+        reply that called it: the episode ended with that answer."""
+        if self._in_turn is not None and sc.is_final_answer_tool(self._name):
+            episode, index = self._in_turn
+            episode.record_flags(index, TURN_CALL_PRIORITY, True, False)
 
     def record(
         self,
@@ -307,6 +315,7 @@ class ToolCallScope(_Scope):
                 if name != self._name:
                     self._name = name
                     span.update_name(self._span_name())
+                    self._end_if_final_answer()
             if call_id is not _UNSET and call_id is not None:
                 text = text_value(call_id, self.role, "call_id", any_type=True)
                 if text is not None:

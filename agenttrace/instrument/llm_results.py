@@ -26,7 +26,7 @@ _INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content
 
 def read_result(result: Any) -> dict[str, Any]:
     """``LLMCallScope.record`` keywords for what a model call returned (``{}``: nothing)."""
-    if result is None:
+    if result is None or _is_transport(result):
         return {}
     if isinstance(result, str):
         return {"output_messages": [{"role": "assistant", "content": result}]}
@@ -39,6 +39,14 @@ def read_result(result: Any) -> dict[str, Any]:
     if isinstance(result, Mapping) or _has_any(result, (*_TEXT_KEYS, "message")):
         return _plain(result)
     return {}
+
+
+def _is_transport(result: Any) -> bool:
+    """The OpenAI SDK's stream or raw-response wrapper (``stream=True``,
+    ``with_streaming_response``): the answer comes after the call returns, so there is nothing
+    to read yet (its ``text``/``response`` attributes are not the reply)."""
+    module = type(result).__module__  # (Stream and AsyncStream say "openai")
+    return module == "openai" or module.startswith(("openai._", "openai.lib.streaming"))
 
 
 def _chat_completion(result: Any, choices: Sequence[Any]) -> dict[str, Any]:
