@@ -366,7 +366,7 @@ class EpisodeAssembly:
         if problem is not None:
             problems["status"] = left_out(sc.EPISODE_STATUS, problem)
             status = None
-        error = episode_error(episode_span)
+        error = episode_error(episode_span, self._first_failure)
         if status is None and episode_span is not None and episode_span.end_time is not None:
             failure = self._first_failure
             if error is None and failure is not None:  # caught by the runner: one rule

@@ -198,7 +198,11 @@ class Conventions:
         if new_name is not None and new_name != record.name:
             attributes.setdefault(ORIGINAL_NAME, record.name)
             changes["name"] = new_name
-        if error is not None and record.status_code != "ERROR":
+        if error is True and record.status_code != "ERROR":
+            # A flag: failed, with no message (the exception on the span, or on the failed
+            # step span that caused it, says why: outcome.episode_error).
+            changes["status_code"] = "ERROR"
+        elif error is not None and record.status_code != "ERROR":
             kind, message = _error_parts(error)
             changes["status_code"] = "ERROR"
             changes["status_message"] = message
@@ -212,9 +216,10 @@ class Conventions:
                 changes["events"] = (*record.events, event)
         return [record._replace(attributes=attributes, **changes)]
 
-    def _map_fields(self, role: str, attributes: dict[str, Any]) -> str | None:
+    def _map_fields(self, role: str, attributes: dict[str, Any]) -> str | bool | None:
         """Move each mapped field the span has to agenttrace's key (the attribute it came from
-        is dropped: the trajectory shows it once); returns a mapped error."""
+        is dropped: the trajectory shows it once); returns a mapped error (text, or True for
+        a boolean flag)."""
         error = None
         for name, keys in self.fields.items():
             found = next((key for key in keys if key in attributes), None)
@@ -223,7 +228,7 @@ class Conventions:
             value = attributes[found]
             if name == "error":
                 if value not in ("", False, None):
-                    error = value if isinstance(value, str) else _text(value)
+                    error = value if isinstance(value, str) or value is True else _text(value)
                     del attributes[found]
                 continue
             if _is_attribute_field(name):

@@ -26,13 +26,28 @@ MISSING_STEPS_FLOOR = 1024
 ERROR_ROLES = frozenset({sc.ENV_RESET, sc.ENV_STEP, sc.AGENT_ACT})
 
 
-def episode_error(episode_span: SpanRecord | None) -> EpisodeError | None:
+#: The error of an episode span that failed without saying why (a runner's ``error=True``,
+#: an ERROR status without a description), when no span under it recorded an exception.
+UNKNOWN_ERROR = "the episode failed; no exception or message was recorded"
+
+
+def episode_error(
+    episode_span: SpanRecord | None, failure: SpanRecord | None = None
+) -> EpisodeError | None:
+    """The error of a failed episode span: its own exception or message; when it failed
+    without saying why (a flag), the error of ``failure`` (the failed step span that caused
+    it, see :func:`is_failure`); failing that, :data:`UNKNOWN_ERROR`."""
     if episode_span is None:
         return None
     if episode_span.status_code == "ERROR" or any(
         event.name == sc.EXCEPTION_EVENT for event in episode_span.events
     ):
-        return span_error(episode_span)
+        error = span_error(episode_span)
+        if error.type is None and not error.message and failure is not None:
+            error = span_error(failure)
+        if error.type is None and not error.message:
+            return EpisodeError(type=None, message=UNKNOWN_ERROR)
+        return error
     return None
 
 
