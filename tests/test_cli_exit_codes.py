@@ -177,17 +177,19 @@ def test_failures_exit_1_in_one_line(run, cwd) -> None:
         assert not (cwd / "t.jsonl").exists()
 
 
-def test_text_actions_cannot_be_a_minari_dataset_one_line(run, cwd) -> None:
+def test_minari_export_failures_are_one_line(run, cwd) -> None:
     spans = str(run / "spans.jsonl")
-    done = agenttrace(
-        cwd, "export", "--from", spans, "--format", "minari", "--dataset-id", "test/demo-v0"
-    )
-    assert done.code == EXIT_FAILURE
-    line = done.one_line()  # (and none of Minari's own warnings)
-    assert line.startswith("agenttrace export: error: Minari needs a gymnasium space for the ")
-    assert "'+" in line and "(str)" in line and "--env ID" in line and "--format steps" in line
-    assert line.endswith("; no output written")
+    argv = ["export", "--from", spans, "--format", "minari", "--dataset-id", "test/demo-v0"]
+    done = agenttrace(cwd, *argv, "--env", "NoSuchEnv-v0")
+    assert done.code == EXIT_USAGE
+    line = done.one_line()  # (and none of gymnasium's own words)
+    assert line.startswith("agenttrace export: error: gymnasium does not know the environment")
+    assert "--env PACKAGE:NoSuchEnv-v0" in line
     assert not (cwd / "minari" / "test" / "demo-v0").exists()
+    # Text is a gymnasium space (Text): the demo's text episodes are a dataset.
+    done = agenttrace(cwd, *argv)
+    assert done.code == EXIT_OK, done.err
+    assert (cwd / "minari" / "test" / "demo-v0" / "data").is_dir()
 
 
 MISSING = [

@@ -50,10 +50,8 @@ from agenttrace.trajectory.codec import values_equal
 
 ROUTE = "`agenttrace export --format minari`, live `minari` sink, inferred spaces"
 MINARI_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations", "infos")
-NO_SEQUENCE = (
-    "Minari 0.5 cannot store Sequence spaces (no serializer; its DataCollector fails too): "
-    "one error line, nothing written"
-)
+#: (The export says so in one line and writes nothing: test_a_sequence_space_is_refused...)
+NO_SEQUENCE = "Minari 0.5 cannot store Sequence (nor can DataCollector)"
 
 COMPATIBILITY = [
     compatibility.equal_on("Gymnasium spaces", "Box (every dtype and shape)", ROUTE),
@@ -441,11 +439,11 @@ gym.register("ThirdPartyPair-v0", entry_point="PACKAGE:PairEnv")
 """
 
 
-def test_env_from_a_third_party_package(tmp_path, monkeypatch) -> None:
+def test_env_from_a_third_party_package(tmp_path, monkeypatch, capsys) -> None:
     """``--env PACKAGE:ID`` imports the package that registers the env (in a fresh process,
     where gymnasium does not know it); a plain id it cannot find, or a package that cannot
     be imported, is one error line (exit 2) and nothing is written. Without ``--env`` the
-    recorded id, unknown there, gives way to spaces inferred from the values."""
+    env spec recorded at run time makes the env, in a process that never imported it."""
     package = "agenttrace_thirdparty_envs"
     site = tmp_path / "site"
     (site / package).mkdir(parents=True)
@@ -462,6 +460,7 @@ def test_env_from_a_third_party_package(tmp_path, monkeypatch) -> None:
         while not any(env.step(1)[2:4]):
             pass
     runtime.shutdown()
+    capsys.readouterr()
     spans = str(runtime.span_paths[0])
     path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
 
@@ -476,19 +475,23 @@ def test_env_from_a_third_party_package(tmp_path, monkeypatch) -> None:
     dataset = minari.load_dataset("third/pair-v0")
     assert dataset.observation_space == spaces.Tuple((spaces.Discrete(4), spaces.Text(3)))
     assert dataset.spec.env_spec.id == "ThirdPartyPair-v0" and dataset.total_episodes == 2
-    for extra, words in (
-        (["--env", "ThirdPartyPair-v0"], "--env PACKAGE:ThirdPartyPair-v0"),
-        (["--env", "no_such_package_here:ThirdPartyPair-v0"], "cannot import"),
-    ):
-        failed = export("--dataset-id", "third/again-v0", *extra)
-        assert failed.returncode == 2, failed.stderr
-        assert failed.stderr.count("\n") == 1 and words in failed.stderr, failed.stderr
-        assert not (datasets / "third" / "again-v0").exists()
-    inferred = export("--dataset-id", "third/inferred-v0")
-    assert inferred.returncode == 0, inferred.stderr
-    again = minari.load_dataset("third/inferred-v0")
+    failed = export("--dataset-id", "third/again-v0", "--env", "ThirdPartyPair-v0")
+    assert failed.returncode == 2, failed.stderr
+    assert failed.stderr.count("\n") == 1, failed.stderr
+    assert "--env PACKAGE:ThirdPartyPair-v0" in failed.stderr
+    bad = ["--dataset-id", "third/again-v0", "--env", "no_such_package_here:ThirdPartyPair-v0"]
+    assert main(["export", "--from", spans, "--format", "minari", *bad]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "cannot import no_such_package_here" in error, error
+    assert not (datasets / "third" / "again-v0").exists()
+    # No --env: the env spec recorded at run time (rl.env.spec) makes the env there.
+    recorded = export("--dataset-id", "third/recorded-v0")
+    assert recorded.returncode == 0, recorded.stderr
+    again = minari.load_dataset("third/recorded-v0")
+    assert again.spec.env_spec.id == "ThirdPartyPair-v0"
+    assert again.observation_space == dataset.observation_space
     for a, b in zip(again.iterate_episodes(), dataset.iterate_episodes(), strict=True):
-        assert_same(a.observations, b.observations, "inferred observations")
+        assert_same(a.observations, b.observations, "observations")
 
 
 class ChatEnv(gym.Env):

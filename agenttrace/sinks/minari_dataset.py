@@ -136,8 +136,9 @@ def _buffer(trajectory: Trajectory, record_infos: bool) -> tuple[Any, str | None
     return buffer, infos_problem
 
 
-#: Minari's notes about metadata nobody gave (author, code_permalink, ...): not for the user.
-_METADATA_NOTE = "is set to None"
+#: Minari's notes about metadata nobody gave (author, code_permalink, ..., the env spec of a
+#: dataset whose spaces were given or inferred): not for the user.
+_METADATA_NOTES = ("is set to None", "env_spec is None")
 _said: set[str] = set()
 
 
@@ -150,7 +151,7 @@ def _minari_warnings(dataset_id: str) -> Iterator[None]:
         yield
     for warning in caught:
         text = str(warning.message).split("\n", 1)[0]
-        if _METADATA_NOTE in text:
+        if any(note in text for note in _METADATA_NOTES):
             logger.debug("agenttrace: Minari dataset %s: %s", dataset_id, text)
         elif text not in _said:
             _said.add(text)
