@@ -173,6 +173,21 @@ GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
 GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+#: Tools that frameworks end a run with, their arguments being the answer: smolagents' and
+#: many ReAct agents' ``final_answer``, pydantic-ai's output tool ``final_result`` (or
+#: ``final_result_<Type>`` with several output types). A turn whose reply calls only one of
+#: them is a final answer, like a reply that stops by itself (docs/tracing-api.md).
+FINAL_ANSWER_TOOLS = ("final_answer", "final_result")
+FINAL_ANSWER_TOOL_PREFIX = "final_result_"
+
+
+def is_final_answer_tool(name: object) -> bool:
+    """Whether a tool of this name delivers a run's final answer."""
+    return isinstance(name, str) and (
+        name in FINAL_ANSWER_TOOLS or name.startswith(FINAL_ANSWER_TOOL_PREFIX)
+    )
+
+
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"

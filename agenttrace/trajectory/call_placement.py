@@ -9,13 +9,14 @@ episode without timesteps, calls after every step are agent turns of their own
 from __future__ import annotations
 
 import bisect
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
 from agenttrace.trajectory.codec import RawJSON, dumps
-from agenttrace.trajectory.model import Step, raw_content
+from agenttrace.trajectory.model import Step, ToolCall, decoded_content, raw_content
 from agenttrace.trajectory.records import SpanRecord
 
 _STEP_ROLES = sc.STEP_ROLES
@@ -38,17 +39,28 @@ def step_index_of(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> i
     return index if isinstance(index, int) else None
 
 
-def _outermost_model_call(record: SpanRecord, by_span_id: Mapping[int, SpanRecord]) -> SpanRecord:
-    """The outermost model-call span around ``record`` (itself when none encloses it)."""
+def _outermost_same_call(
+    record: SpanRecord, kind: str | None, by_span_id: Mapping[int, SpanRecord]
+) -> SpanRecord:
+    """The outermost span around ``record`` that records the same call (itself when none
+    does): any enclosing model call for a model call; for a tool call, an enclosing tool
+    call of the same tool (a tool that runs another tool is two calls)."""
     outer = record
     current = by_span_id.get(record.parent_span_id) if record.parent_span_id else None
     hops = 0
     while current is not None and hops < 256 and current.name not in _STEP_ROLES:
-        if genai.call_kind(current) == genai.MODEL_CALL:
+        if genai.call_kind(current) == kind and (
+            kind == genai.MODEL_CALL or _tool_name(current) == _tool_name(record)
+        ):
             outer = current
         current = by_span_id.get(current.parent_span_id) if current.parent_span_id else None
         hops += 1
     return outer
+
+
+def _tool_name(record: SpanRecord) -> str:
+    name = record.attributes.get(sc.GEN_AI_TOOL_NAME)
+    return str(name) if name else record.name.partition(" ")[2]
 
 
 def attach_genai_calls(
@@ -66,8 +78,10 @@ def attach_genai_calls(
       its own ``rl.timestep.index`` names (a turn of its own), else (before the first step,
       between steps, in env.reset) to the next step to start, else the last step;
       a call whose step span is known but missing is dropped with that step;
-    * a model call nested in another model call (openai-v2's span under agenttrace's
-      ``llm_call``) is not a second call: it fills what the outer one left empty;
+    * one call seen by two instrumentations is one call (:func:`merge_same_calls`): a model
+      call nested in another model call (openai-v2's span under agenttrace's ``llm_call``,
+      agenttrace's target under pydantic-ai's ``chat`` span), and a tool call nested in a
+      call of the same tool, fill what the outer one left empty;
     * with ``turns`` (an episode without timesteps), calls after every step are agent turns
       of their own: a model call starts a new step unless the turn before it is still open
       (no tool call consumed it), a tool call joins the open turn. Such steps are appended to
@@ -82,11 +96,10 @@ def attach_genai_calls(
     calls: list[tuple[SpanRecord, str]] = []
     for record in sorted(records, key=lambda r: r.start_time):
         kind = genai.call_kind(record)
-        if kind == genai.MODEL_CALL:
-            outer = _outermost_model_call(record, by_span_id)
-            if outer is not record:
-                nested.setdefault(outer.span_id, []).append(record)
-                continue
+        outer = _outermost_same_call(record, kind, by_span_id)
+        if outer is not record:
+            nested.setdefault(outer.span_id, []).append(record)
+            continue
         calls.append((record, kind))  # type: ignore[arg-type]
     turn: Step | None = None  # the open turn made of calls after every step
     for record, kind in calls:
@@ -108,19 +121,104 @@ def attach_genai_calls(
             else:
                 continue  # no step at all to join
         placed[record.span_id] = index
+        inner = nested.get(record.span_id, ())
+        placed.update((r.span_id, index) for r in inner)
         step = by_index.get(index)
         if step is None:
             continue
         if kind == genai.TOOL_CALL:
-            step.tool_calls.append(genai.tool_call(record, trusted))
+            tool = genai.tool_call(record, trusted)
+            genai.merge_tool_calls(tool, [genai.tool_call(r, trusted) for r in inner])
+            step.tool_calls.append(tool)
             continue
         call = genai.llm_call(record, trusted)
-        inner = nested.get(record.span_id)
         if inner:
-            placed.update((r.span_id, index) for r in inner)
             genai.merge_nested(call, [genai.llm_call(r, trusted) for r in inner])
         step.llm_calls.append(call)
+    for step in steps:
+        if step.tool_calls:
+            merge_same_calls(step)
+            recover_tool_call_ids(step)
     return placed
+
+
+def merge_same_calls(step: Step) -> None:
+    """Tool calls of one step with the same call id and name are one call seen twice (two
+    instrumentations whose spans do not nest): the first keeps its place, filled from the
+    others."""
+    first: dict[tuple[str, str], ToolCall] = {}
+    kept: list[ToolCall] = []
+    for tool in step.tool_calls:
+        key = (tool.call_id, tool.name)
+        if tool.call_id and key in first:
+            genai.merge_tool_calls(first[key], [tool])
+            continue
+        if tool.call_id:
+            first[key] = tool
+        kept.append(tool)
+    step.tool_calls[:] = kept
+
+
+def recover_tool_call_ids(step: Step) -> None:
+    """A tool call recorded without its id (the traced tool method never got it) takes the
+    id of the tool call the step's model reply asked for with the same name and arguments
+    (by name alone when the arguments were not recorded), if exactly one such request is
+    not claimed by another tool call."""
+    missing = [tool for tool in step.tool_calls if not tool.call_id]
+    if not missing:
+        return
+    claimed = {tool.call_id for tool in step.tool_calls if tool.call_id}
+    requests = [r for r in _requested_calls(step) if r[0] not in claimed]
+    for tool in missing:
+        arguments = _decoded_arguments(raw_content(tool, "arguments"))
+        matches = [
+            r
+            for r in requests
+            if r[1] == tool.name and (arguments is _UNKNOWN or r[2] == arguments)
+        ]
+        if len(matches) == 1:
+            tool.call_id = matches[0][0]
+            requests.remove(matches[0])
+
+
+_UNKNOWN = object()
+
+
+def _requested_calls(step: Step) -> list[tuple[str, str, Any]]:
+    """(id, name, decoded arguments) of every tool call the step's model replies asked for."""
+    found = []
+    for call in step.llm_calls:
+        messages = call.output_messages
+        if not isinstance(messages, list):
+            continue
+        for message in messages:
+            requests = message.get("tool_calls") if isinstance(message, dict) else None
+            for request in requests if isinstance(requests, list) else ():
+                if not isinstance(request, dict) or not request.get("id"):
+                    continue
+                function = request.get("function")
+                function = function if isinstance(function, dict) else request
+                found.append(
+                    (
+                        str(request["id"]),
+                        str(function.get("name")),
+                        _decoded_arguments(function.get("arguments")),
+                    )
+                )
+    return found
+
+
+def _decoded_arguments(value: Any) -> Any:
+    """Tool arguments as data (JSON text decoded), or _UNKNOWN when not recorded."""
+    value = decoded_content(value)
+    if value is None:
+        return _UNKNOWN
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 def complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecord]]) -> None:
@@ -144,6 +242,12 @@ def complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecor
             step.observation = raw_content(calls[0], "input_messages")
         answered = [call for call in calls if raw_content(call, "output_messages") is not None]
         last = answered[-1] if answered else calls[-1]
+        final, answer = final_answer_request(last.output_messages)
+        if final and not any(key in r.attributes for r in roles.values() for key in _FLAG_KEYS):
+            if raw_content(step, "action") is None:
+                step.action = RawJSON(dumps(answer))  # (JSON as every content field)
+            step.terminated = True  # a final answer given as a tool call
+            continue
         if raw_content(step, "action") is None:
             reply = _reply(last.output_messages)
             step.action = None if reply is None else RawJSON(dumps(reply))
@@ -156,6 +260,27 @@ def complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecor
             step.truncated = True  # cut at its length limit
         elif list(reasons) == ["stop"]:
             step.terminated = True  # a final answer
+
+
+def final_answer_request(messages: Any) -> tuple[bool, Any]:
+    """``(True, answer)`` for a reply whose only tool call is a final-answer tool
+    (:func:`agenttrace.semconv.is_final_answer_tool`): its ``answer`` argument, else all its
+    arguments; ``(False, None)`` for any other reply."""
+    if not isinstance(messages, list) or len(messages) != 1 or not isinstance(messages[0], dict):
+        return False, None
+    requests = messages[0].get("tool_calls")
+    if not isinstance(requests, list) or len(requests) != 1 or not isinstance(requests[0], dict):
+        return False, None
+    function = requests[0].get("function")
+    function = function if isinstance(function, dict) else requests[0]
+    if not sc.is_final_answer_tool(function.get("name")):
+        return False, None
+    arguments = _decoded_arguments(function.get("arguments"))
+    if arguments is _UNKNOWN:
+        return True, None
+    if isinstance(arguments, dict) and "answer" in arguments:
+        return True, arguments["answer"]
+    return True, arguments
 
 
 def _reply(messages: Any) -> Any:

@@ -27,7 +27,7 @@ from agenttrace.trajectory.codec import (
     loads,
     parse_json,
 )
-from agenttrace.trajectory.model import LLMCall, ToolCall
+from agenttrace.trajectory.model import LLMCall, ToolCall, decoded_content
 from agenttrace.trajectory.records import SpanEvent, SpanRecord
 
 MODEL_CALL = "model"
@@ -106,9 +106,9 @@ def llm_call(record: SpanRecord, trusted: str | None) -> LLMCall:
     output_messages, output_reasons = _output_messages(record, own)
     finish = attrs.get(sc.GEN_AI_RESPONSE_FINISH_REASONS)
     if isinstance(finish, (list, tuple)) and finish:
-        finish_reasons: list[str] | None = [str(reason) for reason in finish]
+        finish_reasons: list[str] | None = [chat_finish_reason(reason) for reason in finish]
     else:
-        finish_reasons = output_reasons or None
+        finish_reasons = [chat_finish_reason(r) for r in output_reasons] or None
     model = attrs.get(sc.GEN_AI_RESPONSE_MODEL) or attrs.get(sc.GEN_AI_REQUEST_MODEL)
     provider = attrs.get(sc.GEN_AI_PROVIDER_NAME) or attrs.get(sc.GEN_AI_SYSTEM)
     return LLMCall(
@@ -129,6 +129,18 @@ def llm_call(record: SpanRecord, trusted: str | None) -> LLMCall:
         completion_logprobs=_numbers(attrs.get(sc.LLM_COMPLETION_LOGPROBS), float),
         tokens_cut=attrs.get(sc.LLM_TOKENS_CUT) is True,
     )
+
+
+#: GenAI semconv finish reasons whose Chat Completions word differs (the rest are alike:
+#: stop, length, content_filter, error). One call seen by pydantic-ai ("tool_call") and by
+#: the OpenAI client ("tool_calls") so reads the same.
+_CHAT_FINISH_REASONS = {"tool_call": "tool_calls"}
+
+
+def chat_finish_reason(reason: Any) -> str:
+    """A finish reason in the Chat Completions words that trajectories use."""
+    text = str(reason)
+    return _CHAT_FINISH_REASONS.get(text, text)
 
 
 def _numbers(value: Any, kind: type) -> list[Any] | None:
@@ -153,12 +165,21 @@ def _numbers(value: Any, kind: type) -> list[Any] | None:
 
 
 def merge_nested(outer: LLMCall, nested: Iterable[LLMCall]) -> LLMCall:
-    """Fold model calls made inside ``outer`` into it: one logical call, counted once.
+    """Fold records of the same model call into ``outer``: one call, counted once.
 
-    The outer call's own fields win; each field it left empty is taken from the latest
-    nested call that has it. Name, times and error stay the outer call's.
+    Two instrumentations that see one call (agenttrace's target and a framework's own GenAI
+    span, or two instrumentors of one client) nest their spans. The messages come from the
+    fullest record (most messages, contents and tool calls; the outer one on a tie), since
+    one instrumentation may leave out what the other kept; every other field is the outer
+    call's, and each one it left empty is taken from the latest nested call that has it.
+    Name, times and error stay the outer call's.
     """
-    for inner in sorted(nested, key=lambda call: call.start_time or 0, reverse=True):
+    inners = sorted(nested, key=lambda call: call.start_time or 0, reverse=True)
+    for name in ("input_messages", "output_messages"):
+        fullest = max([outer, *inners], key=lambda call: _fullness(getattr(call, name)))
+        if fullest is not outer:
+            setattr(outer, name, getattr(fullest, name))
+    for inner in inners:
         for name in _FILLABLE:
             if getattr(outer, name) is None:
                 value = getattr(inner, name)
@@ -167,6 +188,31 @@ def merge_nested(outer: LLMCall, nested: Iterable[LLMCall]) -> LLMCall:
         for key, value in inner.attributes.items():
             outer.attributes.setdefault(key, value)
     return outer
+
+
+def merge_tool_calls(outer: ToolCall, others: Iterable[ToolCall]) -> ToolCall:
+    """Fold other records of the same tool call into ``outer``: each field it left empty
+    (call id, arguments, result, error) is taken from the first other record that has it."""
+    for other in others:
+        for name in ("call_id", "arguments", "result", "error"):
+            if getattr(outer, name) in (None, "") and getattr(other, name) not in (None, ""):
+                setattr(outer, name, getattr(other, name))
+    return outer
+
+
+def _fullness(messages: Any) -> int:
+    """How much a message list holds: messages, non-empty contents and tool calls."""
+    messages = decoded_content(messages)
+    if not isinstance(messages, list):
+        return 0 if messages is None else 1
+    score = 0
+    for message in messages:
+        score += 1
+        if isinstance(message, dict):
+            score += message.get("content") not in (None, "", [])
+            calls = message.get("tool_calls")
+            score += len(calls) if isinstance(calls, list) else 0
+    return score
 
 
 def _int(attrs: Mapping[str, Any], key: str, old_key: str) -> int | None:
@@ -380,9 +426,9 @@ def openai_messages(messages: list[dict]) -> list[dict]:
                     converted[key] = value
             out.append(converted)
         for part in responses:
-            out.append(
-                {"role": "tool", "tool_call_id": part.get("id"), "content": part.get("response")}
-            )
+            # (GenAI semconv names the result "response"; pydantic-ai writes "result")
+            content = part.get("response", part.get("result"))
+            out.append({"role": "tool", "tool_call_id": part.get("id"), "content": content})
     return out
 
 
