@@ -500,10 +500,12 @@ def test_traceloop_workflow_and_tools_live_and_offline(tmp_path, server, genai_c
         assert trajectory.attributes["traceloop.entity.name"] == "forecast"
         assert json.loads(trajectory.attributes["traceloop.entity.output"]) == truth.answer
         assert_turns(trajectory, truth, exchanges)
-        for step, (_, given, _) in zip(trajectory.steps, truth.tools, strict=False):
+        for step, (call_id, given, _) in zip(trajectory.steps, truth.tools, strict=False):
             (tool,) = step.tool_calls
             assert tool.arguments == given  # keyword arguments; positional ones as recorded
-            assert tool.call_id is None  # the SDK's tool span does not record it
+            # the SDK's tool span does not record the id: it is the one the reply asked for
+            # with that name and those arguments
+            assert tool.call_id == call_id
     tool_spans = [r for r in run.memory if r.name == "get_weather.tool"]
     assert [r.attributes["traceloop.workflow.name"] for r in tool_spans] == ["forecast"] * 3
     assert_offline_equals_live(run, "traceloop", tmp_path)

@@ -162,8 +162,8 @@ def merge_same_calls(step: Step) -> None:
 def recover_tool_call_ids(step: Step) -> None:
     """A tool call recorded without its id (the traced tool method never got it) takes the
     id of the tool call the step's model reply asked for with the same name and arguments
-    (by name alone when the arguments were not recorded), if exactly one such request is
-    not claimed by another tool call."""
+    (by name alone when its arguments were not recorded or were recorded in another shape),
+    if exactly one such request is not claimed by another tool call."""
     missing = [tool for tool in step.tool_calls if not tool.call_id]
     if not missing:
         return
@@ -171,11 +171,10 @@ def recover_tool_call_ids(step: Step) -> None:
     requests = [r for r in _requested_calls(step) if r[0] not in claimed]
     for tool in missing:
         arguments = _decoded_arguments(raw_content(tool, "arguments"))
-        matches = [
-            r
-            for r in requests
-            if r[1] == tool.name and (arguments is _UNKNOWN or r[2] == arguments)
-        ]
+        named = [r for r in requests if r[1] == tool.name]
+        matches = [r for r in named if arguments is _UNKNOWN or r[2] == arguments]
+        if not matches:  # arguments recorded another way (positional ones, say)
+            matches = named
         if len(matches) == 1:
             tool.call_id = matches[0][0]
             requests.remove(matches[0])
