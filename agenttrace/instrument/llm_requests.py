@@ -27,6 +27,7 @@ Tool definitions of the Responses API shape (``{"type": "function", "name", "des
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from agenttrace import semconv as sc
@@ -53,7 +54,7 @@ def read_request(arguments: Mapping[str, Any]) -> dict[str, Any]:
         else:
             messages = given(arguments.get("prompt", _UNSET))
     if messages is not _UNSET:
-        fields["input_messages"] = messages
+        fields["input_messages"] = as_sent(messages)
     tools = given(arguments.get("tools", _UNSET))
     if _present(tools):
         fields["tool_definitions"] = chat_tools(tools)
@@ -80,6 +81,21 @@ def request_parameters(arguments: Mapping[str, Any]) -> dict[str, int | float]:
 
 def _present(value: Any) -> bool:
     return value is not _UNSET and value is not None
+
+
+def as_sent(value: Any) -> Any:
+    """Messages as the client sends them: enum members that are text or numbers (a
+    framework's ``MessageRole.USER``, a ``str`` enum) as their plain values, since that is
+    what JSON makes of them on the wire; everything else as given."""
+    if isinstance(value, Enum) and isinstance(value, (str, int)):
+        return value.value
+    if isinstance(value, dict):
+        if not any(isinstance(v, (Enum, dict, list)) for v in value.values()):
+            return value
+        return {key: as_sent(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [as_sent(item) for item in value]
+    return value
 
 
 def given(value: Any) -> Any:
