@@ -3,9 +3,12 @@
 The agent program below never imports agenttrace. It runs under ``opentelemetry-instrument``
 with three targets on public methods: the agent's ``run`` (episode), the OpenAI client's
 ``create`` (llm) and pydantic-ai's ``FunctionToolset.call_tool`` (tool), against an
-OpenAI-compatible server this test starts on 127.0.0.1. The truth is the framework's own
-result object (its messages: the tool calls and returns, the output), which the program
-prints.
+OpenAI-compatible server this test starts on 127.0.0.1. It runs twice: as documented, and
+with pydantic-ai's own instrumentation also on (``Agent.instrument_all()`` with an SDK global
+provider, as Logfire users have it), so that every model and tool call is seen by two
+instrumentations and must still be one call. The truth is the framework's own result object
+(its messages: the tool calls and returns, the output) and its tool definitions, which the
+program prints.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import compatibility
 import pytest
 from conftest import exported, run_instrumented
 from test_openai_genai import ChatServer, serve_chat
@@ -43,10 +47,23 @@ def get_weather(city: str) -> str:
     return f"sunny, 21 C in {city}"
 
 
+if sys.argv[3] == "instrumented":
+    Agent.instrument_all()
 result = agent.run_sync("Weather in Paris?")
 parts = [part for message in result.all_messages() for part in message.parts]
 print(json.dumps({
     "output": result.output,
+    "messages": [
+        {"kind": type(p).__name__, "content": getattr(p, "content", None),
+         "id": getattr(p, "tool_call_id", None), "name": getattr(p, "tool_name", None),
+         "args": p.args_as_dict() if isinstance(p, ToolCallPart) else None}
+        for p in parts
+    ],
+    "tools": [
+        {"name": t.tool_def.name, "description": t.tool_def.description,
+         "parameters": t.tool_def.parameters_json_schema}
+        for t in agent.toolsets[0].tools.values()
+    ],
     "calls": [
         {"name": p.tool_name, "args": p.args_as_dict(), "id": p.tool_call_id}
         for p in parts if isinstance(p, ToolCallPart)
@@ -71,21 +88,93 @@ def server() -> Iterator[ChatServer]:
     yield from serve_chat()
 
 
-@pytest.fixture(scope="module")
-def agent_run(server: ChatServer, tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    tmp = tmp_path_factory.mktemp("agent")
+VERSION = __import__("importlib.metadata").metadata.version("pydantic-ai-slim")
+ROUTE = (
+    "targets: `AbstractAgent.run=episode`, the OpenAI client's `create=llm`, "
+    "`FunctionToolset.call_tool=tool`"
+)
+COMPATIBILITY = [
+    compatibility.equal_on("Agent frameworks", f"pydantic-ai {VERSION}", ROUTE),
+    compatibility.equal_on(
+        "Agent frameworks",
+        f"pydantic-ai {VERSION}, its own instrumentation on too",
+        ROUTE + " + `Agent.instrument_all()` (each call seen twice: one call)",
+    ),
+]
+VARIANTS = {COMPATIBILITY[0].name: "documented", COMPATIBILITY[1].name: "instrumented"}
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS.values()))
+def agent_run(
+    request: pytest.FixtureRequest, server: ChatServer, tmp_path_factory: pytest.TempPathFactory
+) -> tuple:
+    return run_agent(request.param, server, tmp_path_factory)
+
+
+_RUNS: dict[str, tuple] = {}
+
+
+def run_agent(variant: str, server: ChatServer, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """The agent run as ``variant`` (once per module): (truth, trajectory, runs folder)."""
+    if variant in _RUNS:
+        return _RUNS[variant]
+    tmp = tmp_path_factory.mktemp(variant)
+    own = {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"} if variant != "documented" else {}
     done = run_instrumented(
         tmp,
         AGENT,
         server.base_url,
         API_KEY,
+        variant,
         name="weather_agent.py",
         AGENTTRACE_TARGETS=TARGETS,
         AGENTTRACE_OUT=str(tmp / "runs"),
+        **own,
     )
     assert "never" not in done.stderr and "not instrumented" not in done.stderr, done.stderr
     (trajectory,) = load_trajectories(sorted((tmp / "runs").glob("*/trajectories.jsonl")))
-    return json.loads(done.stdout), trajectory, tmp / "runs"
+    _RUNS[variant] = json.loads(done.stdout), trajectory, tmp / "runs"
+    return _RUNS[variant]
+
+
+def truth_of(printed: dict) -> compatibility.FrameworkTruth:
+    """pydantic-ai's own messages as the chat messages its OpenAI model sends: system and
+    user prompts, the model's tool calls, tool returns, and the final text."""
+    messages: list[dict] = []
+    for part in printed["messages"]:
+        kind = part["kind"]
+        if kind == "SystemPromptPart":
+            messages.append({"role": "system", "content": part["content"]})
+        elif kind == "UserPromptPart":
+            messages.append({"role": "user", "content": part["content"]})
+        elif kind == "ToolCallPart":
+            call = {"id": part["id"], "function": {"name": part["name"], "arguments": part["args"]}}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "ToolReturnPart":
+            messages.append(
+                {"role": "tool", "tool_call_id": part["id"], "content": part["content"]}
+            )
+        elif kind == "TextPart":
+            messages.append({"role": "assistant", "content": part["content"]})
+    returns = {r["id"]: r["content"] for r in printed["returns"]}
+    return compatibility.FrameworkTruth(
+        messages=messages,
+        tools=printed["tools"],
+        tool_calls=[
+            {"id": c["id"], "name": c["name"], "arguments": c["args"], "result": returns[c["id"]]}
+            for c in printed["calls"]
+        ],
+        final_answer=printed["output"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"), [(e, f) for e in COMPATIBILITY for f in e.equal_fields()]
+)
+def test_each_field_equals_pydantic_ais_own_record(server, tmp_path_factory, entry, field) -> None:
+    printed, trajectory, _ = run_agent(VARIANTS[entry.name], server, tmp_path_factory)
+    ours, theirs = compatibility.framework_fields(trajectory, truth_of(printed))[field]
+    assert ours == theirs
 
 
 def test_the_run_is_an_episode_of_turns_ending_completed_with_the_final_answer(agent_run) -> None:

@@ -662,7 +662,13 @@ def test_parts_format_with_system_instructions_and_tool_definitions(pipeline):
         {"role": "assistant", "content": "A cat.", "reasoning_content": "It looks like a cat."}
     ]
     assert call.finish_reasons == ["stop"]
-    assert call.attributes[sc.GEN_AI_TOOL_DEFINITIONS] == tools
+    # the conventions' flat function tools, in the Chat Completions shape every call holds
+    assert call.attributes[sc.GEN_AI_TOOL_DEFINITIONS] == [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"$ref": "#/defs/City"}},
+        }
+    ]
 
 
 def test_prompt_and_completion_span_events_of_older_conventions(pipeline):

@@ -33,6 +33,7 @@ from typing import Any
 from agenttrace import semconv as sc
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.llm_results import _get, _is_list, message_dict
+from agenttrace.trajectory.genai import chat_tool_definition
 
 #: Content parts that are text, in either direction.
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
@@ -220,11 +221,4 @@ def chat_tools(tools: Any) -> Any:
     other tools (hosted ones, and those already in that shape) as they were given."""
     if not _is_list(tools):
         return tools
-    out = []
-    for tool in tools:
-        tool = _plain(tool)
-        if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool:
-            function = {key: value for key, value in tool.items() if key != "type"}
-            tool = {"type": "function", "function": function}
-        out.append(tool)
-    return out
+    return [chat_tool_definition(_plain(tool)) for tool in tools]

@@ -104,6 +104,10 @@ def attach_genai_calls(
     turn: Step | None = None  # the open turn made of calls after every step
     for record, kind in calls:
         index = step_index_of(record, by_span_id)
+        for inner in nested.get(record.span_id, ()) if index is None else ():
+            index = step_index_of(inner, by_span_id)  # (the inner record knew its step)
+            if index is not None:
+                break
         if index is None:
             position = bisect.bisect_left(starts, (record.start_time, -1))
             if position < len(starts):
@@ -139,6 +143,7 @@ def attach_genai_calls(
         if step.tool_calls:
             merge_same_calls(step)
             recover_tool_call_ids(step)
+            recover_tool_arguments(step)
     return placed
 
 
@@ -178,6 +183,29 @@ def recover_tool_call_ids(step: Step) -> None:
         if len(matches) == 1:
             tool.call_id = matches[0][0]
             requests.remove(matches[0])
+
+
+def recover_tool_arguments(step: Step) -> None:
+    """A tool call whose arguments were recorded without their names takes them from the
+    request with its call id: OpenInference's LangChain instrumentor records a one-argument
+    tool's text argument as that bare text, and a tool without arguments with none. So a
+    bare value that is the one value of the requested arguments, or no arguments where the
+    request has none, become the requested arguments object."""
+    requests = {r[0]: r for r in _requested_calls(step)}
+    for tool in step.tool_calls:
+        request = requests.get(tool.call_id) if tool.call_id else None
+        if request is None or request[1] != tool.name or not isinstance(request[2], dict):
+            continue
+        wanted = request[2]
+        arguments = _decoded_arguments(raw_content(tool, "arguments"))
+        if arguments is _UNKNOWN:
+            nameless = not wanted  # (no arguments asked for, none recorded)
+        else:
+            nameless = not isinstance(arguments, (dict, list)) and [arguments] == [
+                *wanted.values()
+            ]
+        if nameless:
+            tool.arguments = RawJSON(dumps(wanted))
 
 
 _UNKNOWN = object()

@@ -236,10 +236,22 @@ def _other_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
             or key.startswith(_COMPLETION_PREFIX)
         ):
             continue
-        if key == sc.GEN_AI_TOOL_DEFINITIONS and isinstance(value, str):
-            value = _json_or_text(value)
+        if key == sc.GEN_AI_TOOL_DEFINITIONS:
+            if isinstance(value, str):
+                value = _json_or_text(value)
+            if isinstance(value, list):
+                value = [chat_tool_definition(tool) for tool in value]
         out[key] = list(value) if isinstance(value, tuple) else value
     return out
+
+
+def chat_tool_definition(tool: Any) -> Any:
+    """A function tool in the Chat Completions shape (``{"type": "function", "function":
+    {name, description, parameters}}``), whether it was given so or flat (the Responses API's
+    and the GenAI conventions' shape, which pydantic-ai records); other tools as they are."""
+    if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool:
+        return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+    return tool
 
 
 # --- where messages are found -----------------------------------------------------------------
