@@ -187,9 +187,13 @@ class TrajectoryProcessor(SpanProcessor):
                 if span.name == sc.ENV_VECTOR_STEP:
                     return  # steps of several episodes (each entry names its own)
                 if self._starts_foreign_episode(span, attributes):
-                    self._open_foreign_episode(span)
-                    return
-                episode_id = _inherited_episode_id(parent_context)
+                    # ... unless it runs inside an episode already (an episode target on the
+                    # runner whose own episode span this is): one episode, seen twice
+                    episode_id = _local_parent_episode_id(parent_context)
+                    if episode_id is None:
+                        self._open_foreign_episode(span)
+                        return
+                episode_id = episode_id or _inherited_episode_id(parent_context)
                 if episode_id is None:
                     episode_id = self._parent_become_episode(parent_context)
                     if episode_id is None:
@@ -686,13 +690,17 @@ def _is_local_root(record: SpanRecord) -> bool:
 
 def _inherited_episode_id(parent_context: Context | None) -> Any:
     """The episode id of the parent span, else the one in W3C baggage (a remote parent)."""
+    episode_id = _local_parent_episode_id(parent_context)
+    if episode_id is not None:
+        return episode_id
+    return baggage.get_baggage(sc.EPISODE_ID, parent_context)
+
+
+def _local_parent_episode_id(parent_context: Context | None) -> Any:
+    """The episode id of the parent span in this process, if it has one."""
     parent = trace.get_current_span(parent_context)
     parent_attributes = getattr(parent, "attributes", None)
-    if parent_attributes:
-        episode_id = parent_attributes.get(sc.EPISODE_ID)
-        if episode_id is not None:
-            return episode_id
-    return baggage.get_baggage(sc.EPISODE_ID, parent_context)
+    return parent_attributes.get(sc.EPISODE_ID) if parent_attributes else None
 
 
 def _attributes_of(span: Any) -> Any:

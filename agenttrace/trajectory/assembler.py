@@ -345,6 +345,8 @@ class EpisodeAssembly:
             if self._spilled is not None:
                 self.late += sum(1 for index in placed.values() if index <= self._settled_upto)
         episode_span = self._episode_span
+        if episode_span is not None and len(self._episode_span_ids) > 1:
+            episode_span = merged_episode_span(episode_span, records)
         first = self._first
         episode_id = self.episode_id
         attrs = episode_span.attributes if episode_span is not None else {}
@@ -434,6 +436,43 @@ class EpisodeAssembly:
         if self.scores:
             apply_scores(trajectory, _valid_scores(self.scores, self.episode_id))
         return trajectory
+
+
+_COUNTED_BY_ITS_TRACER = (sc.EPISODE_RETURN, sc.EPISODE_LENGTH, sc.EPISODE_STATUS)
+
+
+def merged_episode_span(outer: SpanRecord, records: Iterable[SpanRecord]) -> SpanRecord:
+    """One episode seen as several episode spans (an ``episode`` target around a runner
+    whose own episode span a preset reads) is one episode: the outermost span, with what it
+    left out taken from the others.
+
+    Attributes it lacks come from them. The return, length and status it stated were
+    counted from what its own tracer saw, which left the other spans' steps out: they are
+    counted from the steps instead (its status stays when it failed or was cancelled).
+    When it did not fail and one of the others did, the episode failed with that one's
+    error."""
+    others = sorted(
+        (r for r in records if r.name == sc.EPISODE and r.span_id != outer.span_id),
+        key=lambda r: r.start_time,
+    )
+    attributes = {}
+    for other in reversed(others):
+        attributes.update(other.attributes)
+    stated = {k: v for k, v in outer.attributes.items() if k not in _COUNTED_BY_ITS_TRACER}
+    outer_failed = episode_error(outer) is not None
+    status = outer.attributes.get(sc.EPISODE_STATUS)
+    if outer_failed or status == sc.STATUS_CANCELLED:
+        stated[sc.EPISODE_STATUS] = status
+    attributes.update(stated)
+    changes: dict[str, Any] = {"attributes": attributes}
+    failed = next((r for r in others if episode_error(r) is not None), None)
+    if failed is not None and not outer_failed:
+        changes.update(
+            status_code=failed.status_code,
+            status_message=failed.status_message,
+            events=(*outer.events, *failed.events),
+        )
+    return outer._replace(**changes)
 
 
 def _retained_size(record: SpanRecord) -> int:
