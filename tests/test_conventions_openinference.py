@@ -291,7 +291,9 @@ def test_each_tool_run_joins_the_turn_that_asked_for_it(openinference_run) -> No
             assert tool.name == "get_weather"
             assert tool.arguments == arguments  # input.value: the bound arguments, as JSON
             assert tool.result == WEATHER[arguments["city"]] == result
-            assert tool.call_id is None  # OpenInference's TOOL span does not record it
+            # OpenInference's TOOL span does not record it: it is the id the turn's reply
+            # asked for with that name and those arguments.
+            assert tool.call_id == call_id
             assert tool.error is None
             assert step.llm_calls[0].end_time <= tool.start_time <= tool.end_time
             assert (step.terminated, step.truncated) == (False, False)  # the tool took it

@@ -201,9 +201,7 @@ def recover_tool_arguments(step: Step) -> None:
         if arguments is _UNKNOWN:
             nameless = not wanted  # (no arguments asked for, none recorded)
         else:
-            nameless = not isinstance(arguments, (dict, list)) and [arguments] == [
-                *wanted.values()
-            ]
+            nameless = not isinstance(arguments, (dict, list)) and [arguments] == [*wanted.values()]
         if nameless:
             tool.arguments = RawJSON(dumps(wanted))
 

@@ -94,9 +94,21 @@ def _openinference_messages(attributes: Attributes) -> tuple[list[dict], list[di
     return sides[0], sides[1]
 
 
+#: Roles instrumented frameworks record that the model is sent as another chat role:
+#: LangChain's message types (``human``, ``ai``) and smolagents' tool turns, which its models
+#: send as ``assistant`` and ``user`` messages (smolagents' ``tool_role_conversions``).
+_OI_ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "tool-call": "assistant",
+    "tool-response": "user",
+}
+
+
 def _oi_message(found: dict[str, Any]) -> dict[str, Any]:
     """One flattened message as an OpenAI-style message (``content`` always present)."""
-    message: dict[str, Any] = {"role": found.get("role")}
+    role = found.get("role")
+    message: dict[str, Any] = {"role": _OI_ROLES.get(role, role) if isinstance(role, str) else role}
     parts = found.get("contents")
     if "content" in found or not parts:
         message["content"] = found.get("content")
@@ -184,8 +196,17 @@ def openinference_llm(attributes: Attributes) -> dict[str, Any]:
 
 
 def openinference_tool(attributes: Attributes) -> dict[str, Any]:
-    """An OpenInference TOOL span's call, in GenAI keys. A ``text/plain`` input or output is
-    that text (kept as a JSON string, so text such as ``42`` is not read as a number)."""
+    """An OpenInference TOOL span's call, in GenAI keys.
+
+    ``input.value`` and ``output.value`` are text unless their mime type says JSON (no mime
+    type is text, OpenInference's default, but for a JSON object or array, which its
+    LangChain instrumentor leaves unmarked); text is kept as a JSON string, so ``42`` stays
+    text. A value that is not text (a number an instrumentor set as it was) is kept as that
+    value. Arguments recorded through a generic ``(*args, **kwargs)`` wrapper are unwrapped
+    (:func:`_unwrapped_arguments`). A result that is a LangChain ``ToolMessage``, as the
+    LangChain instrumentor records it, is that message's content, and its ``tool_call_id``
+    is the call id.
+    """
     out: dict[str, Any] = {sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_EXECUTE_TOOL}
     for theirs, ours in (
         ("tool.name", sc.GEN_AI_TOOL_NAME),
@@ -195,15 +216,77 @@ def openinference_tool(attributes: Attributes) -> dict[str, Any]:
         value = attributes.get(theirs)
         if isinstance(value, str) and value and ours not in out:
             out[ours] = value
-    for side, ours in (
-        ("input", sc.GEN_AI_TOOL_CALL_ARGUMENTS),
-        ("output", sc.GEN_AI_TOOL_CALL_RESULT),
-    ):
-        value = attributes.get(f"{side}.value")
-        if isinstance(value, str):
-            plain = attributes.get(f"{side}.mime_type") == _OI_TEXT
-            out[ours] = _compact(value) if plain else value
+    found, given = _oi_io_value(attributes, "input")
+    if found:
+        out[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = _compact(_unwrapped_arguments(given))
+    found, result = _oi_io_value(attributes, "output")
+    if found:
+        message = _langchain_tool_message(result)
+        if message is not None:
+            result = message.get("content")
+            call_id = message.get("tool_call_id")
+            if isinstance(call_id, str) and call_id:
+                out.setdefault(sc.GEN_AI_TOOL_CALL_ID, call_id)
+        out[sc.GEN_AI_TOOL_CALL_RESULT] = _compact(result)
     return out
+
+
+_OI_JSON = "application/json"
+
+
+def _oi_io_value(attributes: Attributes, side: str) -> tuple[bool, Any]:
+    """``(found, value)`` of ``input.value`` or ``output.value``, decoded when JSON."""
+    value = attributes.get(f"{side}.value")
+    if value is None:
+        return False, None
+    if isinstance(value, tuple):
+        return True, list(value)
+    if not isinstance(value, str):
+        return True, value  # (a number or flag, set as it was)
+    mime = attributes.get(f"{side}.mime_type")
+    if mime == _OI_TEXT:
+        return True, value
+    stripped = value.strip()
+    if mime == _OI_JSON or (stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]")):
+        try:
+            return True, json.loads(value)
+        except (ValueError, RecursionError):
+            return True, value
+    return True, value
+
+
+def _unwrapped_arguments(given: Any) -> Any:
+    """The arguments a tool was called with, from a record of a generic wrapper's bound
+    arguments ``{"args": [...], "kwargs": {...}}`` (OpenInference's ``@tracer.tool`` on a
+    ``(*args, **kwargs)`` function, its smolagents instrumentor on ``Tool.__call__``, which
+    also records the wrapper's own ``sanitize_inputs_outputs``): the keyword arguments; with
+    none, the one positional argument (an arguments object, or a bare value), or the list of
+    them; with both, the keyword arguments and the positional ones under ``args``. The
+    wrapper's other parameters are its own options, not the tool's arguments. Anything else
+    is as recorded."""
+    if not (
+        isinstance(given, dict)
+        and isinstance(given.get("args"), list)
+        and isinstance(given.get("kwargs"), dict)
+    ):
+        return given
+    positional, named = given["args"], given["kwargs"]
+    if not positional:
+        return named
+    if not named:
+        return positional[0] if len(positional) == 1 else positional
+    return {**named, "args": positional} if "args" not in named else given
+
+
+def _langchain_tool_message(value: Any) -> dict[str, Any] | None:
+    """The fields of a LangChain ``ToolMessage`` as OpenInference serialises one (``{"type":
+    "tool", "data": {"content", "tool_call_id", ...}}``), else None."""
+    if not isinstance(value, dict) or value.get("type") != "tool":
+        return None
+    data = value.get("data")
+    if isinstance(data, dict) and "content" in data and "tool_call_id" in data:
+        return data
+    return None
 
 
 # --- OpenLLMetry / Traceloop -----------------------------------------------------------------
