@@ -493,6 +493,8 @@ def test_return_paths_parse_on_episode_and_episode_fields() -> None:
         ("m:f=episode[error=err]", "an episode reads its error from the return value"),
         ("m:f=env.step[error=return.e]", "only episode and episode.fields targets take error"),
         ("m:f=tool[error=exc]", "error=exc: only episode and episode.fields"),
+        ("m:f=tool[result=out.value]", "a tool's result is read from its return value"),
+        ("m:f=tool[name=return.name]", "role tool does not read the return value"),
         ("m:f=episode.fields", "an episode.fields target sets the fields it names"),
         ("m:f=episode.fields[seed=return]", "role episode.fields has no option 'seed'"),
         ("m:f=episode.fields[extractor=gymnasium]", "role episode.fields takes no extractor"),

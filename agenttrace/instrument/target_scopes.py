@@ -25,6 +25,7 @@ from agenttrace.instrument.episode_fields import (
     RETURN,
     EpisodeFieldsScope,
     apply_fields,
+    walk,
 )
 from agenttrace.instrument.episode_fields import pick as _pick
 from agenttrace.instrument.extractors import _UNSET
@@ -104,14 +105,18 @@ def template(target: Target, tracer_provider: Any) -> _Scope:
     returns = _paths(target, lambda name, path: path[0] == RETURN)
     per_call = _paths(target, lambda name, path: path[0] != RETURN and _is_per_call(name))
     arguments = _paths(target, lambda name, path: path[0] != RETURN and not _is_per_call(name))
-    if per_call or returns:
+    if target.role == ToolCallScope.role and returns:
+        base = _ToolResultScope  # (result=return.NAME)
+    elif per_call or returns:
         base = _PerCallEpisodeScope
     if not arguments:
         template = base(**options)
     else:
         template = _scope_class(base)(**options)
         template._fields = arguments  # type: ignore[attr-defined]
-    if per_call or returns:
+    if base is _ToolResultScope:
+        template._result_path = returns[0][1][1:]  # type: ignore[attr-defined]
+    elif per_call or returns:
         template._per_call = per_call  # type: ignore[attr-defined]
         template._returns = returns  # type: ignore[attr-defined]
     template._context_mark = _mark_for(target.role, target.attribute)
@@ -149,6 +154,17 @@ class _PerCallEpisodeScope(EpisodeScope):
     def _on_return(self, result: Any) -> None:
         if self._returns:
             apply_fields(self, self._returns, result)
+
+
+class _ToolResultScope(ToolCallScope):
+    """A tool whose framework wraps its result (``result=return.result``): the result is
+    read at that path of the return value (the whole value when the path is missing)."""
+
+    _result_path: tuple[str, ...] = ()
+
+    def _on_return(self, result: Any) -> None:
+        value = walk(result, self._result_path)
+        super()._on_return(result if value is _UNSET else value)
 
 
 __all__ = ["template"]

@@ -85,7 +85,7 @@ ARGUMENT_FIELDS: dict[str, tuple[str, ...]] = {
     sc.ENV_STEP: ("action",),
     LLMCallScope.role: ("model", "messages"),
     sc.STEP_RECORD: StepRecordScope.FIELDS,
-    ToolCallScope.role: ("name", "arguments", "call_id"),
+    ToolCallScope.role: ("name", "arguments", "call_id", "result"),
 }
 
 
@@ -267,6 +267,13 @@ class Target:
     def _check_return_path(self, name: str, where: str) -> None:
         """``return...`` only where a return value is read, for fields that can wait for it."""
         reads_return = where.split(".")[0] == RETURN
+        if self.role == ToolCallScope.role and name == "result":
+            if not reads_return:
+                raise TargetError(
+                    f"target {self.path}: result={where}: a tool's result is read from its "
+                    "return value (result=return.NAME, for a framework that wraps it)"
+                )
+            return
         if reads_return and self.role not in RETURN_ROLES:
             raise TargetError(
                 f"target {self.path}: {name}={where}: role {self.role} does not read the "
