@@ -342,10 +342,12 @@ class ToolCallScope(_Scope):
         if call_id is _UNSET:
             call_id = call.get("tool_call_id")
         arguments = mapped.get("arguments", _UNSET)
-        if arguments is _UNSET:  # the call's own arguments, but the run context
+        if arguments is _UNSET:  # the call's own arguments (not what the target mapped,
+            # call_id=ctx.tool_call_id), but the run context
+            own = CallArguments(call.parameters, call.args, call.kwargs)
             arguments = {
                 key: value
-                for key, value in call.flat().items()
+                for key, value in own.flat().items()
                 if key not in self.CONTEXT_NAMES and key not in ("self", "cls")
             }
         self.record(call_id=call_id, arguments=arguments)
