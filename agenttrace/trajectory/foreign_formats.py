@@ -122,7 +122,7 @@ def _oi_message(found: dict[str, Any]) -> dict[str, Any]:
                 "type": "function",
                 "function": {
                     "name": call.get("function.name"),
-                    "arguments": call.get("function.arguments"),
+                    "arguments": call.get("function.arguments", _no_arguments(call)),
                 },
             }
             for _, call in sorted(calls.items())
@@ -137,6 +137,12 @@ def _oi_message(found: dict[str, Any]) -> dict[str, Any]:
         if key in found:
             message[key] = found[key]
     return message
+
+
+def _no_arguments(call: dict[str, Any]) -> str | None:
+    """The arguments of a named tool call that records none: ``{}`` (OpenInference's
+    LangChain instrumentor leaves out empty arguments), else None."""
+    return "{}" if call.get("function.name") else None
 
 
 def _oi_content_part(part: dict[str, Any]) -> dict[str, Any]:
