@@ -16,7 +16,14 @@ from typing import Any
 
 import openai
 import pytest
-from test_openai_genai import API_KEY, ChatServer, async_client_for, client_for, serve_chat
+from test_openai_genai import (
+    API_KEY,
+    ChatServer,
+    async_client_for,
+    client_for,
+    serve_chat,
+    serving,
+)
 
 import agenttrace as at
 from agenttrace import semconv as sc
@@ -254,6 +261,28 @@ def test_every_input_item_kind_becomes_chat_messages(traced, server) -> None:
         },
         items[-1],  # (encrypted-only reasoning gives nothing; other items stay as given)
     ]
+
+
+class ReasoningServer(ChatServer):
+    """Answers with a reasoning item (its summary) before the message, as reasoning models
+    do."""
+
+    def respond(self, request: dict) -> dict:
+        response = super().respond(request)
+        summary = [{"type": "summary_text", "text": f"thinking about {request['input']}"}]
+        reasoning = {"type": "reasoning", "id": "rs_1", "summary": summary}
+        response["output"].insert(0, reasoning)
+        return response
+
+
+def test_the_reasoning_of_an_answer_is_its_reasoning_content(traced) -> None:
+    for reasoning_server in serving(ReasoningServer):
+        with at.episode(), at.timestep():
+            client_for(reasoning_server).responses.create(model="gpt-test", input="why?")
+        (call,) = calls_of(traced)
+        answered = reasoning_server.exchanges[-1]["response"]
+        (summary,) = answered["output"][0]["summary"]
+        assert call.output_messages == [{**reply(answered), "reasoning_content": summary["text"]}]
 
 
 def test_sdk_placeholders_for_options_not_given_are_not_recorded(traced, server) -> None:

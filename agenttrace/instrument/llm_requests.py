@@ -32,7 +32,7 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.instrument.extractors import _UNSET
-from agenttrace.instrument.llm_results import _get, _is_list, message_dict
+from agenttrace.instrument.llm_results import _get, _is_list, message_dict, reasoning_texts
 from agenttrace.trajectory.genai import chat_tool_definition
 
 #: Content parts that are text, in either direction.
@@ -147,7 +147,7 @@ def _items(items: Any) -> list[Any]:
             out.append({"role": "tool", "tool_call_id": _get(item, "call_id"), "content": output})
             joinable = False
         elif kind == "reasoning":
-            reasoning.extend(_reasoning_texts(item))
+            reasoning.extend(reasoning_texts(item))
         else:
             out.append(_plain(item))
             joinable = False
@@ -163,16 +163,6 @@ def _tool_call(item: Any, kind: str) -> dict[str, Any]:
         return {"id": call_id, "type": "custom", "custom": custom}
     function = {"name": _get(item, "name"), "arguments": _get(item, "arguments")}
     return {"id": call_id, "type": "function", "function": function}
-
-
-def _reasoning_texts(item: Any) -> list[str]:
-    """A reasoning item's readable text: its summary, else its reasoning text."""
-    for key in ("summary", "content"):
-        texts = [_get(part, "text") for part in _get(item, key) or ()]
-        texts = [text for text in texts if isinstance(text, str) and text]
-        if texts:
-            return ["\n\n".join(texts)]
-    return []
 
 
 def _add_reasoning(message: dict[str, Any], reasoning: list[str]) -> None:

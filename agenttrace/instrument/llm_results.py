@@ -122,11 +122,13 @@ def _int_list(value: Any) -> bool:
 
 
 def _response(result: Any, output: Sequence[Any]) -> dict[str, Any]:
-    """An OpenAI Responses API answer: message items and function calls."""
-    texts, tool_calls = [], []
+    """An OpenAI Responses API answer: message items, function calls and reasoning."""
+    texts, tool_calls, reasoning = [], [], []
     for item in output:
         kind = _get(item, "type")
-        if kind == "message":
+        if kind == "reasoning":
+            reasoning.extend(reasoning_texts(item))
+        elif kind == "message":
             for part in _get(item, "content") or ():
                 text = _get(part, "text")
                 if isinstance(text, str):
@@ -142,6 +144,8 @@ def _response(result: Any, output: Sequence[Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
     if tool_calls:
         message["tool_calls"] = tool_calls
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
     status = _get(result, "status")
     if status == "incomplete":
         why = _get(_get(result, "incomplete_details"), "reason")
@@ -156,6 +160,17 @@ def _response(result: Any, output: Sequence[Any]) -> dict[str, Any]:
         **_part(_usage, _get(result, "usage")),
         **_part(_identity, result),
     }
+
+
+def reasoning_texts(item: Any) -> list[str]:
+    """A Responses API reasoning item's readable text: its summary, else its reasoning text
+    (encrypted-only reasoning has none)."""
+    for key in ("summary", "content"):
+        texts = [_get(part, "text") for part in _get(item, key) or ()]
+        texts = [text for text in texts if isinstance(text, str) and text]
+        if texts:
+            return ["\n\n".join(texts)]
+    return []
 
 
 def _plain(result: Any) -> dict[str, Any]:
