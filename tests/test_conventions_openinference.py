@@ -458,3 +458,145 @@ def test_content_none_keeps_openinference_message_text_out_of_the_run(tmp_path, 
     assert calls and all(c.model and c.input_messages is None for c in calls)
     assert all(c.output_tokens for c in calls if c.error is None)
     assert tools and all(c.name and c.arguments is None and c.result is None for c in tools)
+
+
+# --- OpenInference's tool spans and roles (issue 30, section 7) ---------------------------------
+
+
+def traced_agent(tmp_path: Path, body, *, plan: bool = True) -> list[at.Trajectory]:
+    """``body(tracer)`` inside an OpenInference AGENT span, after a model call (``plan``:
+    the turn the tool calls join), with agenttrace on the provider; the live trajectories,
+    checked equal to the ones rebuilt offline from the same spans."""
+    from openinference.instrumentation import get_llm_attributes
+
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    runtime = at.configure(
+        tracer_provider=provider,
+        out=str(tmp_path),
+        run_name="shapes",
+        sinks=["jsonl"],
+        conventions="openinference",
+        exit_report=False,
+    )
+    try:
+        tracer = OITracer(provider.get_tracer("shapes"), config=TraceConfig())
+        with tracer.start_as_current_span(AGENT, openinference_span_kind="agent"):
+            if plan:
+                with tracer.start_as_current_span("plan", openinference_span_kind="llm") as span:
+                    reply = [{"role": "assistant", "content": "I will use the tools."}]
+                    span.set_attributes(get_llm_attributes(output_messages=reply))
+            body(tracer)
+    finally:
+        runtime.shutdown()
+        provider.shutdown()
+    live = load_trajectories(runtime.trajectory_paths)
+    records = unstamped([record_from_span(s) for s in memory.get_finished_spans()])
+    assert assemble(records, conventions=OPENINFERENCE) == live
+    return live
+
+
+def test_arguments_recorded_through_a_generic_wrapper_are_unwrapped(tmp_path) -> None:
+    """``@tracer.tool`` on a ``(*args, **kwargs)`` function records ``{"args": [...],
+    "kwargs": {...}}`` (and smolagents' instrumentor so records ``Tool.__call__``): the
+    keyword arguments are the arguments; a lone positional one is that value."""
+
+    def body(tracer: OITracer) -> None:
+        @tracer.tool
+        def lookup(*args: Any, **kwargs: Any) -> str:
+            """Look a city up"""
+            return f"{args} {kwargs}"
+
+        for args, kwargs in (((), {"city": "Paris", "days": 2}), (("Lima",), {})):
+            lookup(*args, **kwargs)
+
+    (trajectory,) = traced_agent(tmp_path, body)
+    tools = [tool for step in trajectory.steps for tool in step.tool_calls]
+    assert [tool.arguments for tool in tools] == [{"city": "Paris", "days": 2}, "Lima"]
+    assert [tool.result for tool in tools] == ["() {'city': 'Paris', 'days': 2}", "('Lima',) {}"]
+
+
+def test_wrapper_shape_is_what_openinference_records(tmp_path) -> None:
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = OITracer(provider.get_tracer("shapes"), config=TraceConfig())
+
+    @tracer.tool
+    def lookup(*args: Any, **kwargs: Any) -> int:
+        """Look a city up"""
+        return 42
+
+    lookup("Lima", days=2)
+    (span,) = memory.get_finished_spans()
+    assert json.loads(span.attributes["input.value"]) == {"args": ["Lima"], "kwargs": {"days": 2}}
+    (record,) = OPENINFERENCE.translate(record_from_span(span))
+    arguments = json.loads(record.attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS])
+    assert arguments == {"days": 2, "args": ["Lima"]}  # both: the named ones, and the others
+    assert json.loads(record.attributes[sc.GEN_AI_TOOL_CALL_RESULT]) == "42"  # text/plain
+
+
+def test_tool_results_that_are_not_text_are_kept(tmp_path) -> None:
+    """A number set as ``output.value`` itself (as smolagents' instrumentor sets a tool's
+    integer or number output), a JSON result, and text that reads like a number."""
+
+    def body(tracer: OITracer) -> None:
+        with tracer.start_as_current_span("add", openinference_span_kind="tool") as span:
+            span.set_attributes({"tool.name": "add", "input.value": '{"a": 40, "b": 2}'})
+            span.set_attributes({"input.mime_type": "application/json"})
+            span.set_attributes({"output.value": 42, "output.mime_type": "text/plain"})
+
+        @tracer.tool
+        def forecast(city: str) -> dict:
+            """Forecast for a city"""
+            return {"city": city, "days": [21, 19.5]}
+
+        @tracer.tool
+        def code(city: str) -> str:
+            """A city's code"""
+            return "75"
+
+        forecast("Paris")
+        code("Paris")
+
+    (trajectory,) = traced_agent(tmp_path, body)
+    tools = [tool for step in trajectory.steps for tool in step.tool_calls]
+    assert [(tool.name, tool.result) for tool in tools] == [
+        ("add", 42),
+        ("forecast", {"city": "Paris", "days": [21, 19.5]}),
+        ("code", "75"),  # text stays text
+    ]
+    assert tools[0].arguments == {"a": 40, "b": 2}
+
+
+def test_framework_roles_read_as_the_chat_roles_the_model_is_sent(tmp_path) -> None:
+    """smolagents' ``tool-call`` / ``tool-response`` (its models send them as assistant and
+    user: ``tool_role_conversions``) and LangChain's ``human`` / ``ai`` message types, as
+    OpenInference's ``get_llm_attributes`` records them."""
+    from openinference.instrumentation import get_llm_attributes
+
+    sent = [
+        ("system", "system", "Be brief."),
+        ("human", "user", "Weather in Paris?"),
+        ("tool-call", "assistant", "Calling tools: get_weather(city='Paris')"),
+        ("tool-response", "user", "Observation: sunny"),
+        ("ai", "assistant", "Sunny."),
+        ("tool", "tool", "sunny"),
+    ]
+
+    def body(tracer: OITracer) -> None:
+        with tracer.start_as_current_span("chat", openinference_span_kind="llm") as span:
+            messages = [{"role": role, "content": text} for role, _, text in sent]
+            span.set_attributes(
+                get_llm_attributes(
+                    input_messages=messages[:-1],
+                    output_messages=[{"role": "ai", "content": "Done."}],
+                )
+            )
+
+    (trajectory,) = traced_agent(tmp_path, body, plan=False)
+    (call,) = trajectory.steps[0].llm_calls
+    assert [m["role"] for m in call.input_messages] == [chat for _, chat, _ in sent[:-1]]
+    assert [m["content"] for m in call.input_messages] == [text for *_, text in sent[:-1]]
+    assert call.output_messages == [{"role": "assistant", "content": "Done."}]
