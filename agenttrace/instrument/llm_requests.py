@@ -108,7 +108,7 @@ def given(value: Any) -> Any:
     return value
 
 
-def responses_messages(instructions: Any, items: Any) -> list[Any]:
+def responses_messages(instructions: Any, items: Any) -> Any:
     """A Responses API request's ``instructions`` and ``input`` as chat messages."""
     out: list[Any] = []
     if isinstance(instructions, str):
@@ -119,8 +119,8 @@ def responses_messages(instructions: Any, items: Any) -> list[Any]:
         out.append({"role": "user", "content": items})
     elif _is_list(items):
         out.extend(_items(items))
-    elif _present(items):
-        out.extend(_items([items]))
+    elif _present(items):  # not the Responses API's: kept as given (as prompt= is)
+        return [*out, items] if out else items
     return out
 
 
@@ -200,10 +200,10 @@ def _part(part: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """An item or part of another kind, as a dict when it is an object (kept as given)."""
-    if isinstance(value, (dict, str, int, float, bool)) or value is None:
-        return value
-    return message_dict(value)
+    """An item or part of another kind as given; the SDK's own objects as their dicts."""
+    if not isinstance(value, dict) and callable(getattr(value, "model_dump", None)):
+        return message_dict(value)
+    return value
 
 
 def chat_tools(tools: Any) -> Any:
