@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agenttrace import semconv as sc
-from agenttrace.processing.foreign_spans import ForeignSpanPolicy, is_content_key
+from agenttrace.processing.foreign_spans import ForeignSpanPolicy, UndecidedSpans, is_content_key
 from agenttrace.trajectory.records import SpanEvent, SpanRecord
 
 
@@ -59,3 +59,37 @@ def test_content_keys() -> None:
     assert not is_content_key("gen_ai.completion.0.finish_reason")
     assert not is_content_key("gen_ai.prompt.0.role")
     assert not is_content_key(sc.GEN_AI_REQUEST_MODEL)
+
+
+def span(trace: int, span_id: int, parent: int = 0, *, remote: bool = False) -> SpanRecord:
+    return SpanRecord(trace, span_id, parent, f"s{span_id}", 1, 2, {}, parent_is_remote=remote)
+
+
+def test_undecided_spans_are_claimed_by_the_span_above_them_in_their_trace() -> None:
+    """Held spans go to the local root (or nested span) they are below, through held
+    parents; other traces and other local roots of the same trace keep theirs."""
+    held = UndecidedSpans()
+    other_root = [span(1, 8, 7, remote=True), span(1, 9, 8)]  # below a remote parent
+    other_trace = [span(5, 3, 2)]
+    for record in (span(1, 4, 3), *other_root, *other_trace):  # 1 > 2 > 3 > 4
+        assert held.hold(record) == []
+    assert len(held) == 4
+    assert held.claim(1, 3) == [span(1, 4, 3)]  # a nested episode takes what is below it
+    assert held.hold(span(1, 3, 2)) == [] and held.hold(span(1, 2, 1)) == []
+    assert held.claim(1, 1) == [span(1, 3, 2), span(1, 2, 1)]  # in the order they ended
+    assert held.claim(1, 1) == []
+    assert held.claim(1, 8) == [span(1, 9, 8)]
+    assert len(held) == 2  # the remote-parented span 8 and the other trace's
+    assert sorted(r.span_id for r in held.drain()) == [3, 8] and len(held) == 0
+
+
+def test_undecided_spans_are_bounded_and_given_up_when_idle() -> None:
+    held = UndecidedSpans(max_spans=3)
+    assert held.hold(span(1, 2, 1)) == [] and held.hold(span(1, 3, 1)) == []
+    assert held.hold(span(2, 2, 1)) == []
+    given_up = held.hold(span(3, 2, 1))  # over the bound: the oldest trace goes
+    assert [(r.trace_id, r.span_id) for r in given_up] == [(1, 2), (1, 3)]
+    assert len(held) == 2 and held.claim(1, 1) == []
+    assert held.expire(idle_timeout=3600) == []
+    assert sorted(r.trace_id for r in held.expire(idle_timeout=0)) == [2, 3]
+    assert len(held) == 0

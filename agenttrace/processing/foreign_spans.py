@@ -165,7 +165,7 @@ class UndecidedSpans:
                 below.update(dict.fromkeys(path, found))
                 return found
 
-            taken = [record for key, record in trace.items() if reaches(key)]
+            taken = [r for key, r in trace.items() if key != span_id and reaches(key)]
             for record in taken:
                 del trace[record.span_id]
             self._count -= len(taken)
