@@ -34,6 +34,7 @@ from agenttrace._logging import warn_once as _warn_once
 from agenttrace._secrets import is_secret_name
 from agenttrace.instrument.arguments import CallArguments
 from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
+from agenttrace.instrument.env_identity import env_id, env_spec_json
 from agenttrace.instrument.episode_fields import LATE_FIELDS, error_parts
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS, batch_size, extract_reset
 from agenttrace.instrument.field_values import number_value, step_flags, warn_nonfinite
@@ -416,7 +417,7 @@ class EpisodeScope(_Scope):
             if value is not None:
                 self._attributes[key] = value if isinstance(value, (int, float)) else str(value)
         if env is not None and sc.ENV_NAME not in self._attributes:
-            name = _env_name(env)
+            name = env_id(env)
             if name:
                 self._attributes[sc.ENV_NAME] = name
                 spec = env_spec_json(env)
@@ -590,7 +591,7 @@ class EpisodeScope(_Scope):
         env = arguments.get("env")
         if self._env is None and env is not None and hasattr(env, "step"):
             self._env = env
-            name = _env_name(env)
+            name = env_id(env)
             if name and sc.ENV_NAME not in self._attributes:
                 self.set_attribute(sc.ENV_NAME, name)
                 spec = env_spec_json(env)
@@ -670,26 +671,6 @@ class EpisodeScope(_Scope):
                 sc.EPISODE_LENGTH: state.length,
             }
         )
-
-
-def _env_name(env: Any) -> str | None:
-    spec = getattr(getattr(env, "unwrapped", env), "spec", None) or getattr(env, "spec", None)
-    name = getattr(spec, "id", None)
-    return name if isinstance(name, str) else None
-
-
-def env_spec_json(env: Any) -> str | None:
-    """A gymnasium env's spec as ``EnvSpec.to_json()`` text (``rl.env.spec``), or None when
-    it has none or it cannot be written (a callable entry point, kwargs JSON cannot hold)."""
-    spec = getattr(env, "spec", None)
-    to_json = getattr(spec, "to_json", None)
-    if to_json is None:
-        return None
-    try:
-        text = to_json()
-    except Exception:  # (gymnasium refuses callables and non-JSON kwargs)
-        return None
-    return text if isinstance(text, str) else None
 
 
 # --- public constructors ---------------------------------------------------------------------

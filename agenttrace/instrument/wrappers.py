@@ -54,6 +54,7 @@ from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._version import install_hint
+from agenttrace.instrument.env_identity import env_display_name, env_spec_json
 from agenttrace.instrument.extractors import _UNSET, EXTRACTORS
 from agenttrace.instrument.field_values import read_flag
 from agenttrace.instrument.proxies import PatchProxy
@@ -62,7 +63,6 @@ from agenttrace.instrument.spans import (
     EnvStepScope,
     EpisodeScope,
     TimestepScope,
-    env_spec_json,
 )
 from agenttrace.processing.writer import AGENTTRACE_SCOPE
 from agenttrace.trajectory import Trajectory, build_trajectory, record_from_span
@@ -430,7 +430,7 @@ class TracedEnv(_GymWrapper):  # type: ignore[misc, valid-type]
             raise ImportError("TracedEnv needs gymnasium: " + install_hint("gym"))
         super().__init__(env)
         if env_name is None:
-            env_name = _gym_env_name(env)
+            env_name = env_display_name(env)
         spec = env_spec_json(env)
         if spec and isinstance(attributes, (dict, type(None))):  # (rebuilds it: docs/minari.md)
             attributes = {sc.ENV_SPEC: spec, **(attributes or {})}
@@ -484,14 +484,6 @@ class TracedEnv(_GymWrapper):  # type: ignore[misc, valid-type]
         """An episode still open ends ``aborted``; then the environment closes."""
         self._agenttrace.end_open(sc.STATUS_ABORTED)
         return self.env.close()
-
-
-def _gym_env_name(env: Any) -> str:
-    spec = getattr(env, "spec", None)
-    name = getattr(spec, "id", None)
-    if isinstance(name, str):
-        return name
-    return type(getattr(env, "unwrapped", env)).__name__
 
 
 _patches: list[tuple[Any, str, Any, Any]] = []  # (module or class, name, original, proxy)
