@@ -173,7 +173,7 @@ def test_the_tool_results_are_read_out_of_agnos_wrapper(agent_run) -> None:
 
 
 def test_rebuilt_from_the_span_file_the_run_is_the_same(agent_run, tmp_path) -> None:
-    printed, trajectory, runs = agent_run
+    _, trajectory, runs = agent_run
     (rebuilt,) = exported(str(runs / "*" / "spans*.jsonl"), tmp_path / "out.jsonl")
     assert rebuilt == trajectory
 

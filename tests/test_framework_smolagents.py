@@ -58,7 +58,9 @@ output = agent.run(sys.argv[4])
 steps = [step for step in agent.memory.steps if isinstance(step, ActionStep)]
 last = steps[-1]
 sent = get_clean_message_list(
-    last.model_input_messages, role_conversions=tool_role_conversions, flatten_messages_as_text=False
+    last.model_input_messages,
+    role_conversions=tool_role_conversions,
+    flatten_messages_as_text=False,
 )
 answer = last.model_output_message
 print(json.dumps({
@@ -163,7 +165,12 @@ def truth_of(printed: dict) -> compatibility.FrameworkTruth:
         messages=[*printed["sent"], printed["answer"]],
         tools=printed["tools"],
         tool_calls=[
-            {"id": c["id"], "name": c["name"], "arguments": c["arguments"], "result": c["observation"]}
+            {
+                "id": c["id"],
+                "name": c["name"],
+                "arguments": c["arguments"],
+                "result": c["observation"],
+            }
             for c in printed["calls"]
         ],
         final_answer=printed["output"],
