@@ -22,6 +22,7 @@ LOSS_LABELS = (
         (
             "spans_dropped",  # queue full, failed write
             "late_spans",
+            "spans_undecided_given_up",  # held for an episode that never came (conventions)
             "spans_too_late_for_step",
             "spans_lost_writer_crash",
         ),

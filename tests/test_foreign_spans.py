@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
+from conftest import wait_until
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+import agenttrace as at
 from agenttrace import semconv as sc
+from agenttrace.exit_line import losses
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy, UndecidedSpans, is_content_key
 from agenttrace.trajectory.records import SpanEvent, SpanRecord
 
@@ -93,3 +101,46 @@ def test_undecided_spans_are_bounded_and_given_up_when_idle() -> None:
     assert held.expire(idle_timeout=3600) == []
     assert sorted(r.trace_id for r in held.expire(idle_timeout=0)) == [2, 3]
     assert len(held) == 0
+
+
+def test_held_spans_of_no_episode_go_to_the_span_file_counted_only_when_given_up(
+    tmp_path,
+) -> None:
+    """Through the live processor: spans held under a root that ends without being an
+    episode go to the span file, uncounted; spans whose root never ends are given up after
+    idle_timeout, counted in stats() and the exit line, and kept in the span file too."""
+    provider = TracerProvider()
+    runtime = at.configure(
+        tracer_provider=provider,
+        out=str(tmp_path / "runs"),
+        spans=["file"],
+        sinks=["jsonl"],
+        conventions="openinference",
+        idle_timeout=0.5,
+        exit_report=False,
+    )
+    tracer = provider.get_tracer("other.tracer")
+    try:
+        with tracer.start_as_current_span("plain root"):  # ends as no episode
+            for n in range(3):
+                with tracer.start_as_current_span(f"child {n}"):
+                    pass
+        never_ends = tracer.start_span("root that never ends")
+        with trace.use_span(never_ends, end_on_exit=False):
+            for n in range(2):
+                with tracer.start_as_current_span(f"orphan {n}"):
+                    pass
+        assert wait_until(lambda: runtime.stats().get("spans_undecided_given_up") == 2)
+        assert losses(runtime.stats()) == ["2 spans lost"]
+    finally:
+        runtime.shutdown()
+        provider.shutdown()
+    (spans_file,) = (tmp_path / "runs").glob("*/spans.jsonl")
+    names = {
+        span["name"]
+        for line in spans_file.read_text().splitlines()
+        for resource in json.loads(line).get("resourceSpans", [])
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    }
+    assert {"plain root", "child 0", "child 1", "child 2", "orphan 0", "orphan 1"} <= names
