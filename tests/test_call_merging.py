@@ -199,3 +199,39 @@ def test_genai_tool_call_finish_reason_reads_as_tool_calls() -> None:
     )
     (step,) = steps_of(reply)
     assert step.llm_calls[0].finish_reasons == ["tool_calls"]
+
+
+def test_an_empty_call_id_is_filled_from_the_other_record() -> None:
+    reply = chat(1, 10, asks(("c1", "add", {"a": 1})))
+    outer = tool(1, 100, "add", "")
+    inner = tool(outer.span_id, 110, "add", "c1")
+    (step,) = steps_of(reply, outer, inner)
+    assert [c.call_id for c in step.tool_calls] == ["c1"]
+
+
+def test_pydantic_ais_tool_call_response_result_is_the_tool_message_content() -> None:
+    """pydantic-ai's own chat spans name a tool result ``result`` (the conventions say
+    ``response``): read alone, its tool messages keep their content."""
+    parts = [
+        {"role": "user", "parts": [{"type": "text", "content": "add 1"}]},
+        {
+            "role": "user",
+            "parts": [{"type": "tool_call_response", "id": "c1", "name": "add", "result": "2"}],
+        },
+    ]
+    reply = span(
+        "chat m",
+        1,
+        10,
+        {
+            sc.GEN_AI_OPERATION_NAME: "chat",
+            sc.GEN_AI_INPUT_MESSAGES: json.dumps(parts),
+            sc.GEN_AI_OUTPUT_MESSAGES: json.dumps([{"role": "assistant", "parts": []}]),
+        },
+    )
+    (step,) = steps_of(reply)
+    assert step.llm_calls[0].input_messages[-1] == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "2",
+    }
