@@ -202,7 +202,7 @@ def test_genai_tool_call_finish_reason_reads_as_tool_calls() -> None:
 
 
 def test_an_empty_call_id_is_filled_from_the_other_record() -> None:
-    reply = chat(1, 10, asks(("c1", "add", {"a": 1})))
+    reply = chat(1, 10, asks(("c9", "other", {})))  # (nothing to recover it from)
     outer = tool(1, 100, "add", "")
     inner = tool(outer.span_id, 110, "add", "c1")
     (step,) = steps_of(reply, outer, inner)
