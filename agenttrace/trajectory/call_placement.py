@@ -9,13 +9,12 @@ episode without timesteps, calls after every step are agent turns of their own
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.trajectory import genai
-from agenttrace.trajectory.codec import RawJSON, dumps
+from agenttrace.trajectory.codec import RawJSON, dumps, json_or_text
 from agenttrace.trajectory.model import Step, ToolCall, decoded_content, raw_content
 from agenttrace.trajectory.records import SpanRecord
 
@@ -236,14 +235,7 @@ def _requested_calls(step: Step) -> list[tuple[str, str, Any]]:
 def _decoded_arguments(value: Any) -> Any:
     """Tool arguments as data (JSON text decoded), or _UNKNOWN when not recorded."""
     value = decoded_content(value)
-    if value is None:
-        return _UNKNOWN
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    return _UNKNOWN if value is None else json_or_text(value)
 
 
 def complete_turns(steps: list[Step], parts: Mapping[int, Mapping[str, SpanRecord]]) -> None:

@@ -823,6 +823,17 @@ def parse_json(text: str | bytes) -> Any:
     return data
 
 
+def json_or_text(value: Any) -> Any:
+    """Text that is JSON as its data (:func:`parse_json`); other text, and any other value,
+    as it is: what other tracers record as JSON text or as plain text alike."""
+    if isinstance(value, str):
+        try:
+            return parse_json(value)
+        except ValueError:
+            return value
+    return value
+
+
 # --- equality --------------------------------------------------------------------------
 
 

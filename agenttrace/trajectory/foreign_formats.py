@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agenttrace import semconv as sc
+from agenttrace.trajectory.codec import json_or_text
 
 Attributes = Mapping[str, Any]
 
@@ -52,15 +53,6 @@ _OI_PARAMETERS = (
     ("max_completion_tokens", sc.GEN_AI_REQUEST_PARAMETERS["max_tokens"]),
     ("seed", sc.GEN_AI_REQUEST_PARAMETERS["seed"]),
 )
-
-
-def _json_or_text(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _openinference_messages(attributes: Attributes) -> tuple[list[dict], list[dict]]:
@@ -164,13 +156,13 @@ def openinference_llm(attributes: Attributes) -> dict[str, Any]:
     if outputs:
         out[sc.GEN_AI_OUTPUT_MESSAGES] = _compact(outputs)
     tools = sorted(
-        (int(match[1]), _json_or_text(value))
+        (int(match[1]), json_or_text(value))
         for key, value in attributes.items()
         if (match := _OI_TOOL_SCHEMA.match(key)) is not None and int(match[1]) < _MAX_ITEMS
     )
     if tools:
         out[sc.GEN_AI_TOOL_DEFINITIONS] = _compact([tool for _, tool in tools])
-    parameters = _json_or_text(attributes.get("llm.invocation_parameters"))
+    parameters = json_or_text(attributes.get("llm.invocation_parameters"))
     if not isinstance(parameters, dict):
         parameters = {}
     # llm.model_name is the model that answered (OpenInference's OpenAI instrumentation takes
@@ -304,7 +296,7 @@ def traceloop_tool(attributes: Attributes) -> dict[str, Any]:
     name = attributes.get("traceloop.entity.name")
     if isinstance(name, str) and name:
         out[sc.GEN_AI_TOOL_NAME] = name
-    given = _json_or_text(attributes.get("traceloop.entity.input"))
+    given = json_or_text(attributes.get("traceloop.entity.input"))
     if isinstance(given, dict) and isinstance(given.get("kwargs"), dict) and not given.get("args"):
         given = given["kwargs"]  # the SDK records {"args": [...], "kwargs": {...}}
     if given is not None:

@@ -24,6 +24,7 @@ from agenttrace.trajectory.codec import (
     RawJSON,
     ValueDecodeError,
     as_raw_json,
+    json_or_text,
     loads,
     parse_json,
 )
@@ -238,7 +239,7 @@ def _other_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if key == sc.GEN_AI_TOOL_DEFINITIONS:
             if isinstance(value, str):
-                value = _json_or_text(value)
+                value = json_or_text(value)
             if isinstance(value, list):
                 value = [chat_tool_definition(tool) for tool in value]
         out[key] = list(value) if isinstance(value, tuple) else value
@@ -327,7 +328,7 @@ def _content_value(
 def _json_items(items: tuple | list) -> list:
     """An attribute array of JSON texts (one message each, as some SDKs record) as values."""
     if items and all(isinstance(item, str) for item in items):
-        parsed = [_json_or_text(item) for item in items]
+        parsed = [json_or_text(item) for item in items]
         if all(isinstance(item, dict) for item in parsed):
             return parsed
     return list(items)
@@ -347,7 +348,7 @@ def _event_value(events: Iterable[SpanEvent], name: str, key: str) -> Any:
         if event.name == name and key in event.attributes:
             value = event.attributes[key]
             if isinstance(value, str):
-                value = _json_or_text(value)
+                value = json_or_text(value)
             return _converted(value, False)
     return _MISSING
 
@@ -367,13 +368,6 @@ def _decoded(text: RawJSON) -> Any:
         return loads(text)
     except ValueDecodeError:  # valid JSON whose "$..." keys are not agenttrace's tags
         return parse_json(text)
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return parse_json(text)
-    except ValueError:  # not JSON, or nested deeper than codec.MAX_DEPTH: kept as text
-        return text
 
 
 def _with_system_instructions(messages: Any, system: Any) -> Any:
@@ -508,7 +502,7 @@ def _event_body(event: SpanEvent) -> dict:
     """The event's body: JSON in ``gen_ai.event.content``, else its non-gen_ai attributes."""
     content = event.attributes.get(sc.GEN_AI_EVENT_CONTENT)
     if isinstance(content, str):
-        parsed = _json_or_text(content)
+        parsed = json_or_text(content)
         return parsed if isinstance(parsed, dict) else {"content": parsed}
     return {k: v for k, v in event.attributes.items() if not k.startswith("gen_ai.")}
 
