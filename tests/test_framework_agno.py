@@ -20,7 +20,7 @@ from pathlib import Path
 import compatibility
 import pytest
 from conftest import exported, run_instrumented
-from test_openai_genai import ChatServer, serving
+from test_openai_genai import ChatServer, asking_for, chat_completion, serving
 
 from agenttrace import semconv as sc
 from agenttrace.sinks import load_trajectories
@@ -99,26 +99,10 @@ class WeatherServer(ChatServer):
         n = len(self.exchanges)
         cities = list(WEATHER)
         if len(results) < len(cities):
-            arguments = json.dumps({"city": cities[len(results)]})
-            call = {
-                "id": f"call_{n}",
-                "type": "function",
-                "function": {"name": "get_weather", "arguments": arguments},
-            }
-            message, finish = (
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                ("tool_calls"),
-            )
-        else:
-            message, finish = {"role": "assistant", "content": " / ".join(results)}, "stop"
-        return {
-            "id": f"chatcmpl-{n}",
-            "object": "chat.completion",
-            "created": 1_700_000_000,
-            "model": request["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
+            ask = asking_for(n, "get_weather", {"city": cities[len(results)]})
+            return chat_completion(request, n, ask, "tool_calls")
+        answer = {"role": "assistant", "content": " / ".join(results)}
+        return chat_completion(request, n, answer, "stop")
 
 
 @pytest.fixture(scope="module")

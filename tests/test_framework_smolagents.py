@@ -20,7 +20,7 @@ from pathlib import Path
 import compatibility
 import pytest
 from conftest import exported, run_instrumented
-from test_openai_genai import ChatServer, serving
+from test_openai_genai import ChatServer, asking_for, chat_completion, serving
 
 from agenttrace import semconv as sc
 from agenttrace.sinks import load_trajectories
@@ -110,29 +110,11 @@ class FinalAnswerServer(ChatServer):
         cities = list(WEATHER)
         n = len(self.exchanges)
         if asked < len(cities):
-            name, arguments = "get_weather", {"city": cities[asked]}
+            ask = asking_for(n, "get_weather", {"city": cities[asked]})
         else:
             seen = [w for w in WEATHER.values() if any(w in json.dumps(m) for m in messages)]
-            name, arguments = "final_answer", {"answer": " / ".join(seen)}
-        call = {
-            "id": f"call_{n}",
-            "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments)},
-        }
-        return {
-            "id": f"chatcmpl-{n}",
-            "object": "chat.completion",
-            "created": 1_700_000_000,
-            "model": request["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
-        }
+            ask = asking_for(n, "final_answer", {"answer": " / ".join(seen)})
+        return chat_completion(request, n, ask, "tool_calls")
 
 
 @pytest.fixture(scope="module")

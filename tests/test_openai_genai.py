@@ -230,6 +230,28 @@ def async_client_for(server: ChatServer) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=server.base_url, api_key=API_KEY, max_retries=0, timeout=10)
 
 
+def chat_completion(request: dict, n: int, message: dict, finish: str) -> dict:
+    """A Chat Completions body answering ``request`` with ``message`` (the n-th exchange)."""
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": request["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+    }
+
+
+def asking_for(n: int, name: str, arguments: dict) -> dict:
+    """An assistant message asking for one tool call (id ``call_<n>``)."""
+    call = {
+        "id": f"call_{n}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
 def reply_message(response: dict) -> dict:
     """The server's first choice message, as llm_calls hold it (content always present)."""
     message = dict(response["choices"][0]["message"])
