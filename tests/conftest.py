@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -83,6 +85,33 @@ def run_instrumented(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def run_agent_program(
+    folder: Path, code: str, *args: str, name: str, targets: str, **env: str
+) -> tuple[Any, at.Trajectory, Path]:
+    """An agent program under ``opentelemetry-instrument`` with agenttrace ``targets``
+    (:func:`run_instrumented`): the JSON it printed last (the framework's own record), its
+    one trajectory, and the runs folder."""
+    done = run_instrumented(
+        folder,
+        code,
+        *args,
+        name=name,
+        AGENTTRACE_TARGETS=targets,
+        AGENTTRACE_OUT=str(folder / "runs"),
+        **env,
+    )
+    assert "never" not in done.stderr and "not instrumented" not in done.stderr, done.stderr
+    (trajectory,) = load_trajectories(sorted((folder / "runs").glob("*/trajectories.jsonl")))
+    return json.loads(done.stdout.strip().splitlines()[-1]), trajectory, folder / "runs"
+
+
+def assert_never_recorded(folder: Path, secret: str) -> None:
+    """No file under ``folder`` (and there are some) holds ``secret``."""
+    files = [path for path in folder.rglob("*") if path.is_file()]
+    assert files, f"nothing was written under {folder}"
+    assert not any(secret in path.read_text(errors="replace") for path in files)
 
 
 def exported(source: str, out: Path, *options: str) -> list[at.Trajectory]:

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import compatibility
 import pytest
-from conftest import exported, run_instrumented
+from conftest import assert_never_recorded, exported, run_agent_program
 from test_openai_genai import ChatServer, serve_chat
 
 from agenttrace import semconv as sc
 from agenttrace.cli.main import main
-from agenttrace.sinks import load_trajectories
 
 API_KEY = "sk-agent-framework-test-7c1d"
 AGENT = '''
@@ -118,22 +116,17 @@ def run_agent(variant: str, server: ChatServer, tmp_path_factory: pytest.TempPat
     """The agent run as ``variant`` (once per module): (truth, trajectory, runs folder)."""
     if variant in _RUNS:
         return _RUNS[variant]
-    tmp = tmp_path_factory.mktemp(variant)
     own = {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"} if variant != "documented" else {}
-    done = run_instrumented(
-        tmp,
+    _RUNS[variant] = run_agent_program(
+        tmp_path_factory.mktemp(variant),
         AGENT,
         server.base_url,
         API_KEY,
         variant,
         name="weather_agent.py",
-        AGENTTRACE_TARGETS=TARGETS,
-        AGENTTRACE_OUT=str(tmp / "runs"),
+        targets=TARGETS,
         **own,
     )
-    assert "never" not in done.stderr and "not instrumented" not in done.stderr, done.stderr
-    (trajectory,) = load_trajectories(sorted((tmp / "runs").glob("*/trajectories.jsonl")))
-    _RUNS[variant] = json.loads(done.stdout), trajectory, tmp / "runs"
     return _RUNS[variant]
 
 
@@ -231,7 +224,4 @@ def test_rebuilt_from_the_span_file_the_run_is_the_same(agent_run, tmp_path) -> 
 
 
 def test_the_api_key_is_never_recorded(agent_run) -> None:
-    _, _, runs = agent_run
-    files = [p for p in Path(runs).rglob("*") if p.is_file()]
-    assert files
-    assert not any(API_KEY in p.read_text(errors="replace") for p in files)
+    assert_never_recorded(agent_run[2], API_KEY)

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import compatibility
 import pytest
-from conftest import exported, run_instrumented
+from conftest import assert_never_recorded, exported, run_agent_program
 from test_openai_genai import ChatServer, asking_for, chat_completion, serving
 
 from agenttrace import semconv as sc
-from agenttrace.sinks import load_trajectories
 
 API_KEY = "sk-smolagents-test-41aa"
 WEATHER = {"Paris": "sunny, 21 C", "Lima": "fog, 16 C"}
@@ -124,21 +122,16 @@ def server() -> Iterator[ChatServer]:
 
 @pytest.fixture(scope="module")
 def agent_run(server: ChatServer, tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    tmp = tmp_path_factory.mktemp("smolagents")
-    done = run_instrumented(
-        tmp,
+    return run_agent_program(
+        tmp_path_factory.mktemp("smolagents"),
         AGENT,
         server.base_url,
         API_KEY,
         json.dumps(WEATHER),
         QUESTION,
         name="smol_agent.py",
-        AGENTTRACE_TARGETS=TARGETS,
-        AGENTTRACE_OUT=str(tmp / "runs"),
+        targets=TARGETS,
     )
-    assert "never" not in done.stderr and "not instrumented" not in done.stderr, done.stderr
-    (trajectory,) = load_trajectories(sorted((tmp / "runs").glob("*/trajectories.jsonl")))
-    return json.loads(done.stdout.strip().splitlines()[-1]), trajectory, tmp / "runs"
 
 
 def truth_of(printed: dict) -> compatibility.FrameworkTruth:
@@ -196,6 +189,4 @@ def test_rebuilt_from_the_span_file_the_run_is_the_same(agent_run, tmp_path) -> 
 
 
 def test_the_api_key_is_never_recorded(agent_run) -> None:
-    _, _, runs = agent_run
-    files = [p for p in Path(runs).rglob("*") if p.is_file()]
-    assert files and not any(API_KEY in p.read_text(errors="replace") for p in files)
+    assert_never_recorded(agent_run[2], API_KEY)
