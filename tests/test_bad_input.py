@@ -12,7 +12,8 @@ from conftest import read_run
 
 import agenttrace as at
 from agenttrace.sinks import JsonDirSink, load_trajectories
-from agenttrace.trajectory.codec import UnserializableValueWarning, values_equal
+from agenttrace.trajectory.codec import UnserializableValueWarning
+from agenttrace.trajectory.equality import values_equal
 
 
 def _good_episode(task: str) -> None:

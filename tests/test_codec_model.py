@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agenttrace.trajectory import codec
+from agenttrace.trajectory.equality import values_equal
 from agenttrace.trajectory.model import (
     EpisodeError,
     LLMCall,
@@ -100,7 +101,7 @@ def test_values_round_trip_to_equal_objects(value) -> None:
     assert "NaN" not in text.replace('"nan"', "")
     back = codec.loads(text)
     expected = bytes(value) if isinstance(value, bytearray) else value  # bytes-likes -> bytes
-    assert codec.values_equal(back, expected), (value, text, back)
+    assert values_equal(back, expected), (value, text, back)
     assert type(back) is type(expected)
 
 
@@ -109,7 +110,7 @@ def test_numpy_arrays_keep_dtype_shape_and_byte_order() -> None:
         back = codec.loads(codec.dumps(array))
         assert back.dtype == array.dtype and back.shape == array.shape
         assert np.array_equal(back, array)
-    assert not codec.values_equal(np.ones(3, dtype=np.float32), np.ones(3, dtype=np.float64))
+    assert not values_equal(np.ones(3, dtype=np.float32), np.ones(3, dtype=np.float64))
 
 
 json_leaves = st.one_of(
@@ -130,7 +131,7 @@ nested = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(nested)
 def test_any_nested_value_round_trips(value) -> None:
-    assert codec.values_equal(codec.loads(codec.dumps(value)), value)
+    assert values_equal(codec.loads(codec.dumps(value)), value)
 
 
 def test_unknown_types_fall_back_with_one_warning_and_never_raise() -> None:

@@ -40,6 +40,7 @@ from hypothesis.extra import numpy as hnp
 
 import agenttrace as at
 from agenttrace.trajectory import codec
+from agenttrace.trajectory.equality import values_equal
 
 USER_TYPES = textwrap.dedent(
     """
@@ -265,7 +266,7 @@ def test_every_tag_is_written_as_documented_and_passes_another_process_unchanged
             assert peer(text) == text, json_form  # the peer cannot rebuild the user's types
             assert codec.dumps(codec.loads(text)) == text, json_form  # this process can
             if "$unserializable" not in json_form and "$json" not in json_form:
-                assert codec.values_equal(codec.loads(text), value), json_form
+                assert values_equal(codec.loads(text), value), json_form
 
 
 UNKNOWN_TAGGED = [

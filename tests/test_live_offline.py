@@ -11,7 +11,7 @@ from conftest import read_run
 
 import agenttrace as at
 from agenttrace import semconv as sc
-from agenttrace.trajectory.codec import values_equal
+from agenttrace.trajectory.equality import values_equal
 
 
 @dataclasses.dataclass

@@ -46,7 +46,7 @@ from agenttrace.instrument.wrappers import TracedEnv
 from agenttrace.sinks import load_trajectories
 from agenttrace.sinks.minari_dataset import MinariSink
 from agenttrace.sinks.step_tables import column_values, decoded_column, read_step_tables
-from agenttrace.trajectory.codec import values_equal
+from agenttrace.trajectory.equality import values_equal
 
 ROUTE = "`agenttrace export --format minari`, live `minari` sink, inferred spaces"
 MINARI_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations", "infos")

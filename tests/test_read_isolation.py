@@ -29,6 +29,7 @@ from agenttrace.sinks import load_trajectories
 from agenttrace.storage import encode_lines, read_otlp_json
 from agenttrace.trajectory import Trajectory, codec
 from agenttrace.trajectory.assembler import build_trajectory
+from agenttrace.trajectory.json_depth import is_deep
 from agenttrace.trajectory.outcome import MISSING_STEPS_FLOOR
 from agenttrace.trajectory.records import SpanRecord
 
@@ -388,7 +389,7 @@ def test_the_codec_keeps_values_past_max_depth_as_json_text(tmp_path) -> None:
         for _ in range(depth):
             value = [value]
         text = codec.dumps(value)
-        assert text.startswith('{"$json":') and not codec.is_deep(text)
+        assert text.startswith('{"$json":') and not is_deep(text)
         assert codec.loads(text) == {codec.DEEP_TAG: json.loads(text)[codec.DEEP_TAG]}
         assert codec.encode(value) == json.loads(text)
     shallow: Any = 1

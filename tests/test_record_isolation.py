@@ -28,7 +28,7 @@ from agenttrace import _logging
 from agenttrace.instrument.auto import AgentTraceInstrumentor
 from agenttrace.sinks import load_trajectories
 from agenttrace.trajectory import codec
-from agenttrace.trajectory.codec import values_equal
+from agenttrace.trajectory.equality import values_equal
 
 HERE = __name__
 

@@ -1,8 +1,9 @@
 """Trajectory model, value encoding, span records and the one assembler."""
 
 from agenttrace.trajectory.assembler import build_trajectory
-from agenttrace.trajectory.codec import UnserializableValueWarning, values_equal
+from agenttrace.trajectory.codec import UnserializableValueWarning
 from agenttrace.trajectory.conventions import Conventions, ConventionsError, SpanRule
+from agenttrace.trajectory.equality import values_equal
 from agenttrace.trajectory.model import (
     SCHEMA,
     EpisodeError,

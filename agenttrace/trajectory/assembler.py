@@ -38,7 +38,6 @@ from agenttrace.trajectory.call_placement import (
     step_index_of,
 )
 from agenttrace.trajectory.codec import (
-    MAX_DEPTH,
     RawJSON,
     as_raw_json,
     checked_json,
@@ -46,6 +45,7 @@ from agenttrace.trajectory.codec import (
     is_deep_json,
     is_json,
 )
+from agenttrace.trajectory.json_depth import DEEP_LENGTH, MAX_DEPTH
 from agenttrace.trajectory.lossy import lossy_fields
 from agenttrace.trajectory.model import Step, Trajectory, decoded_content, raw_content
 from agenttrace.trajectory.outcome import (
@@ -76,7 +76,6 @@ _LIFTED = frozenset(
     }
 )
 _MISSING = object()
-_DEEP_LENGTH = 2 * MAX_DEPTH  # content text this short cannot nest deeper than MAX_DEPTH
 # The lossy paths of the episode span's lifted attributes: their trajectory fields.
 _LIFTED_PATHS = {
     "attributes." + sc.EPISODE_RETURN: "return",
@@ -580,7 +579,7 @@ def _text(value: Any, trusted: bool) -> Any:
     if type(value) is str:  # as_raw_json, one call less: this runs for every content value
         if trusted:
             return RawJSON(value)
-        if len(value) > _DEEP_LENGTH:  # (may nest past MAX_DEPTH: checked_json tells)
+        if len(value) > DEEP_LENGTH:  # (may nest past MAX_DEPTH: checked_json tells)
             return checked_json(value)
         return RawJSON(value) if is_json(value) else value
     if not isinstance(value, str):

@@ -41,17 +41,13 @@ JSON text sorted), so they too re-encode as they were read.
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import datetime as _dt
 import enum
 import json
 import math
-import re
 import sys
 import warnings
-from gc import get_referents
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -66,16 +62,18 @@ except ImportError:  # pragma: no cover - exercised by tests that hide it
     _orjson = None
 
 from agenttrace._secrets import REDACTED, is_secret_name
+from agenttrace.trajectory.json_depth import (
+    DEEP_LENGTH,
+    MAX_DEPTH,
+    data_deeper,
+    text_deeper,
+)
 from agenttrace.trajectory.kept_tags import Tagged, holds_kept
 
 #: Arrays up to this many elements are written as readable nested lists.
 INLINE_ARRAY_LIMIT = 1024
 #: Length of repr() kept by the fallback.
 REPR_LIMIT = 1000
-#: Deepest nesting of lists and objects read or written as JSON: a value nested deeper is kept
-#: as its JSON text, tagged ``$json`` (well below Python's recursion limit, which json and the
-#: decoder would otherwise hit: at 2 frames a level, 256 levels need about 512).
-MAX_DEPTH = 256
 #: Tag of a value nested deeper than MAX_DEPTH: ``{"$json": "<JSON text>"}``.
 DEEP_TAG = "$json"
 
@@ -346,70 +344,6 @@ def dumps(value: Any, *, redact_secrets: bool = False) -> str:
 
 # --- nesting past MAX_DEPTH -------------------------------------------------------------------
 
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # a JSON string, escapes included
-_BRACKET = re.compile(r"[\[\]{}]")
-_LEVEL = {"[": 1, "{": 1, "]": -1, "}": -1}
-_DEEP_LENGTH = 2 * MAX_DEPTH  # text this short cannot nest deeper than MAX_DEPTH
-_NOT_PARSED = object()
-
-
-def is_deep(text: str) -> bool:
-    """Whether JSON text nests deeper than :data:`MAX_DEPTH`. Free for short text and text
-    with few brackets (which cannot); text with many is told apart by a few counts when its
-    brackets are dense, else parsed (orjson reads any depth) and measured a level at a time."""
-    if len(text) <= _DEEP_LENGTH:
-        return False
-    return _text_deeper(text, text.count("[") + text.count("{")) is True
-
-
-def _text_deeper(text: str, openers: int) -> bool | str | None:
-    """Whether text with ``openers`` brackets ``[``/``{`` nests deeper than MAX_DEPTH: False
-    (not deeper; JSON or not), True, None (deeper, but not JSON), or "json" (parsed: JSON,
-    not deeper)."""
-    if openers <= MAX_DEPTH:
-        return False
-    # Dense brackets: count siblings before parsing. An opener right after a closed sibling
-    # ("],[", "},{") goes no deeper than the opener before it (in strings too, where each such
-    # pattern also holds the opener it cancels).
-    if len(text) < 64 * openers and openers - text.count("],[") - text.count("},{") <= MAX_DEPTH:
-        return False
-    data: Any = _NOT_PARSED
-    if _orjson is not None:
-        with contextlib.suppress(Exception):  # refused (NaN, huge numbers, ...): json decides
-            data = _orjson.loads(text)
-    if data is _NOT_PARSED:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return False
-        except RecursionError:  # deeper than json reads: JSON if its brackets balance
-            return True if _nesting(text)[1] and text.strip()[:1] in ("[", "{") else None
-    return True if _data_deeper(data) else "json"
-
-
-def _data_deeper(data: Any) -> bool:
-    """Whether parsed JSON data nests deeper than MAX_DEPTH: one C call per level."""
-    if type(data) is not list and type(data) is not dict:
-        return False
-    level, depth = [data], 1
-    while True:
-        level = [c for c in get_referents(*level) if type(c) is list or type(c) is dict]
-        if not level:
-            return False
-        depth += 1
-        if depth > MAX_DEPTH:
-            return True
-
-
-def _nesting(text: str) -> tuple[int, bool]:
-    """(deepest nesting, whether the brackets balance) of JSON text, without parsing it."""
-    if '"' in text:
-        text = _STRING.sub("", text)
-    levels = list(accumulate(map(_LEVEL.__getitem__, _BRACKET.findall(text))))
-    if not levels:
-        return 0, True
-    return max(levels), levels[-1] == 0 and min(levels) >= 0
-
 
 def _deep_json(text: str) -> str:
     """The ``$json`` form of JSON text nested deeper than MAX_DEPTH (itself two levels)."""
@@ -521,7 +455,7 @@ def as_raw_json(text: str, *, trusted: bool) -> RawJSON | str:
     (and text nested deeper than MAX_DEPTH becomes its ``$json`` form: see checked_json)."""
     if trusted:
         return RawJSON(text)
-    if len(text) <= _DEEP_LENGTH:  # (checked_json, one call less)
+    if len(text) <= DEEP_LENGTH:  # (checked_json, one call less)
         return RawJSON(text) if is_json(text) else text
     return checked_json(text)
 
@@ -547,12 +481,12 @@ def checked_json(text: str) -> RawJSON | str:
     text itself, a plain ``str``. Never raises RecursionError. Costs nothing over
     :func:`is_json` for text that is short or has at most MAX_DEPTH brackets."""
     global _deep_texts, _last_checked
-    if len(text) <= _DEEP_LENGTH:
+    if len(text) <= DEEP_LENGTH:
         return RawJSON(text) if is_json(text) else text
     if text == _last_checked:  # (a step's observation is the previous step's result)
         return RawJSON(text)
     openers = text.count("[") + text.count("{")
-    deep = _text_deeper(text, openers)
+    deep = text_deeper(text, openers)
     if deep is False:
         if not is_json(text, openers):
             return text
@@ -818,7 +752,7 @@ def parse_json(text: str | bytes) -> Any:
         raise ValueDecodeError(f"not JSON: {exc}") from exc
     except RecursionError:
         raise ValueDecodeError(f"nested deeper than {MAX_DEPTH} levels") from None
-    if type(data) in (list, dict) and _data_deeper(data):
+    if type(data) in (list, dict) and data_deeper(data):
         raise ValueDecodeError(f"nested deeper than {MAX_DEPTH} levels")
     return data
 
@@ -832,44 +766,3 @@ def json_or_text(value: Any) -> Any:
         except ValueError:
             return value
     return value
-
-
-# --- equality --------------------------------------------------------------------------
-
-
-def values_equal(a: Any, b: Any) -> bool:
-    """Deep equality that understands numpy arrays (dtype, shape, data) and NaN."""
-    if a is b:
-        return True
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
-            return False
-        if a.dtype != b.dtype or a.shape != b.shape:
-            return False
-        if a.dtype.kind == "O":
-            return all(values_equal(x, y) for x, y in zip(a.ravel(), b.ravel(), strict=True))
-        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return type(a) is type(b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return (
-            type(a) is type(b)
-            and len(a) == len(b)
-            and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
-        )
-    if type(a) is not type(b) and not (_is_number(a) and _is_number(b)):
-        return False
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        return all(
-            values_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
-        )
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

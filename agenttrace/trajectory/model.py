@@ -29,8 +29,8 @@ from agenttrace.trajectory.codec import (
     encode,
     json_text,
     loads,
-    values_equal,
 )
+from agenttrace.trajectory.equality import values_equal
 from agenttrace.trajectory.validate import (
     _TRACE_ID,
     INT64_MAX,
