@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import wait_until
 
-from agenttrace.processing.export_queue import (
+from agenttrace.export_queue import (
     COUNTERS,
     EXPORTER_LOGGERS,
     ExportQueue,

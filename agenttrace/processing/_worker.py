@@ -10,10 +10,8 @@ takes no lock on the fast path: ``deque.append`` is atomic in CPython.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import threading
 import time
 import weakref
@@ -22,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+
+from agenttrace._threads import start_daemon
 
 logger = logging.getLogger("agenttrace")
 
@@ -83,8 +83,7 @@ class BackgroundWorker:
         self._space = threading.Condition(threading.Lock())
         self._stopping = False
         self._pid = os.getpid()
-        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self._run, self.name)
 
     # --- producer side --------------------------------------------------------------------
 
@@ -197,7 +196,6 @@ class BackgroundWorker:
     # --- worker side ----------------------------------------------------------------------
 
     def _run(self) -> None:
-        leave_signals_to_the_main_thread()
         token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
             next_idle = time.monotonic() + self._interval
@@ -248,17 +246,3 @@ class BackgroundWorker:
                 logger.exception("agenttrace: %s %s failed; the program goes on", self.name, what)
             else:
                 logger.debug("agenttrace: %s %s failed again", self.name, what, exc_info=True)
-
-
-def leave_signals_to_the_main_thread() -> None:
-    """Block SIGTERM and SIGINT in the calling (agenttrace) thread.
-
-    The kernel delivers a process signal to any thread that does not block it. Python runs its
-    handler in the main thread only, when that thread next runs Python code: a main thread
-    blocked in C (a process pool worker waiting on its task queue) would never run
-    agenttrace's SIGTERM handler if the signal went to one of agenttrace's threads, and the
-    process would hang instead of ending. Blocked here, it goes to the main thread, which is
-    woken (EINTR) and runs the handler.
-    """
-    with contextlib.suppress(AttributeError, OSError, ValueError):  # (not POSIX)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})

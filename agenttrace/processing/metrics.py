@@ -21,7 +21,7 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
-from agenttrace.processing.export_queue import call_bounded, short_reason, watch_exporter_logs
+from agenttrace.export_queue import call_bounded, short_reason, watch_exporter_logs
 from agenttrace.trajectory.model import Trajectory
 
 logger = logging.getLogger("agenttrace")

@@ -9,7 +9,7 @@ records there, never in the program's memory (whose garbage collector would pay 
 Records become SDK ``ReadableSpan`` s again just before the real exporter (the SDK's OTLP
 exporter of the configured protocol, or the export content policy around it) gets them, so
 every ``OTEL_EXPORTER_OTLP_*`` setting works as it does for the SDK. The queue, the down
-rule and every counter are :class:`~agenttrace.processing.export_queue.ExportQueue` 's.
+rule and every counter are :class:`~agenttrace.export_queue.ExportQueue` 's.
 The backend gets each span as the span file has it.
 """
 
@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from agenttrace.processing.export_queue import ExportQueue
+from agenttrace.export_queue import ExportQueue
 from agenttrace.processing.span_export import describe_exporter
 from agenttrace.trajectory.records import SpanRecord
 

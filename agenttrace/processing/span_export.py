@@ -1,7 +1,7 @@
 """Span export to a remote endpoint that never slows the step loop down.
 
 :class:`LosslessSpanProcessor` queues finished spans for any SpanExporter and sends them in
-batches from daemon threads, by the rules of :class:`~agenttrace.processing.export_queue.
+batches from daemon threads, by the rules of :class:`~agenttrace.export_queue.
 ExportQueue`: the producer never waits for the endpoint (a full queue refuses a span at once,
 counted); a slow endpoint is waited for, however slow, up to the exporter's own timeout, with
 more batches in flight when the queue backs up; only failed exports (refused, error statuses,
@@ -28,7 +28,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from agenttrace.processing.export_queue import COUNTERS, ExportQueue
+from agenttrace.export_queue import COUNTERS, ExportQueue
 
 __all__ = ["COUNTERS", "LosslessSpanProcessor", "describe_exporter"]
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agenttrace.processing.export_queue import COUNTERS as QUEUE_COUNTERS
+from agenttrace.export_queue import COUNTERS as QUEUE_COUNTERS
 from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.processing.record_export import RecordSpanExporter, SpanExportSpec
 from agenttrace.semconv import SCORE

@@ -55,7 +55,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from agenttrace import semconv as sc
-from agenttrace.processing._worker import leave_signals_to_the_main_thread
+from agenttrace._threads import start_daemon
 from agenttrace.processing.metrics import EpisodeSummary, summarize
 from agenttrace.processing.writer import (
     EpisodeSpans,
@@ -223,10 +223,7 @@ class _Helper:
         self._send_lock = threading.Lock()
         self._writers: dict[int, RemoteWriter] = {}
         self._ids = itertools.count(1)
-        self._reader = threading.Thread(
-            target=self._read_replies, name="agenttrace-writer-replies", daemon=True
-        )
-        self._reader.start()
+        self._reader = start_daemon(self._read_replies, "agenttrace-writer-replies")
         atexit.register(self.stop)
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -259,7 +256,6 @@ class _Helper:
             raise HelperUnavailable(str(exc)) from exc
 
     def _read_replies(self) -> None:
-        leave_signals_to_the_main_thread()
         stdout = self.process.stdout
         assert stdout is not None
         try:

@@ -3,7 +3,7 @@
 This lets trajectories reach any OTLP backend (a collector, Loki, Elastic, a vendor) next to
 the traces, linked to the episode's trace by trace id. The sink builds the records itself and
 hands them to a ``LogRecordExporter`` through an
-:class:`~agenttrace.processing.export_queue.ExportQueue`, so it touches no global logging or
+:class:`~agenttrace.export_queue.ExportQueue`, so it touches no global logging or
 OpenTelemetry state, a slow or dead endpoint never holds up the writer (records are sent
 from a daemon thread, in batches bounded by count and bytes), and every trajectory is counted:
 ``sent``, or ``failed`` (export failed, endpoint down, queue full, or still queued at close).
@@ -31,7 +31,7 @@ from opentelemetry.trace import TraceFlags
 
 from agenttrace import semconv as sc
 from agenttrace._version import DISTRIBUTION
-from agenttrace.processing.export_queue import ExportQueue
+from agenttrace.export_queue import ExportQueue
 from agenttrace.sinks.files import utf8_safe
 from agenttrace.trajectory.model import Trajectory
 

@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from agenttrace.processing._worker import leave_signals_to_the_main_thread
+from agenttrace._threads import start_daemon
 
 logger = logging.getLogger("agenttrace")
 
@@ -142,9 +142,8 @@ class ExportQueue:
         self._start()
 
     def _add_sender(self) -> None:
-        thread = threading.Thread(target=self._send_loop, name=self._name, daemon=True)
         try:
-            thread.start()
+            thread = start_daemon(self._send_loop, self._name)
         except RuntimeError:  # no new threads at interpreter shutdown
             return
         self._senders.append(thread)
@@ -273,7 +272,6 @@ class ExportQueue:
     # --- sender threads -----------------------------------------------------------------------
 
     def _send_loop(self) -> None:
-        leave_signals_to_the_main_thread()
         with contextlib.suppress(Exception):  # (no OpenTelemetry context: never mind)
             from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, set_value
 
@@ -557,15 +555,13 @@ def call_bounded(fn: Callable[[], Any], timeout: float) -> None:
     """Call ``fn``, waiting for it at most ``timeout`` seconds (it goes on in a daemon thread)."""
 
     def call() -> None:
-        leave_signals_to_the_main_thread()
         try:
             fn()
         except Exception:
             logger.debug("agenttrace: stopping an exporter failed", exc_info=True)
 
-    thread = threading.Thread(target=call, name="agenttrace-exporter-shutdown", daemon=True)
     try:
-        thread.start()
+        thread = start_daemon(call, "agenttrace-exporter-shutdown")
     except RuntimeError:  # no new threads at interpreter shutdown (3.12+): call it here
         call()
         return
