@@ -20,6 +20,8 @@ rebuilt from those spans for training::
             done = terminated or truncated
 """
 
+from agenttrace import reading as _reading
+from agenttrace import sinks as _sinks
 from agenttrace._version import __version__
 from agenttrace.config import ConfigError
 from agenttrace.instrument.extractors import StepResult, extract_step
@@ -52,6 +54,13 @@ from agenttrace.trajectory import (
     assemble,
     build_trajectory,
 )
+
+# Loading moved from agenttrace.sinks to agenttrace.reading: sinks write, reading loads, and
+# sinks never import reading. Code written as ``from agenttrace.sinks import load_trajectories``
+# keeps working: this module, above both, puts the names it used back where they were.
+for _name in ("TrajectoryLoadError", "iter_trajectories", "load_trajectories", "read_step_tables"):
+    setattr(_sinks, _name, getattr(_reading, _name))
+del _name
 
 __all__ = (
     # tracing API

@@ -29,7 +29,6 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agenttrace import _logging, config, exit_line, process_end
 from agenttrace import semconv as sc
-from agenttrace._threads import signals_blocked
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.metrics import CountingMetricExporter, EpisodeMetrics
@@ -48,7 +47,7 @@ from agenttrace.processing.writer import (
     WriterSpec,
 )
 from agenttrace.processing.writer_process import RemoteWriter
-from agenttrace.sinks import files as _files
+from agenttrace.reading import before_reading
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.callback import as_sink
 from agenttrace.sinks.files import safe_filename
@@ -181,8 +180,7 @@ class AgentTrace:
             if not wanted:
                 return None
         self.metric_exporter = CountingMetricExporter(_otlp("metrics"))
-        with signals_blocked():  # its export thread starts here: see agenttrace._threads
-            reader = PeriodicExportingMetricReader(self.metric_exporter)
+        reader = PeriodicExportingMetricReader(self.metric_exporter)
         self.owned_meter_provider = MeterProvider(
             metric_readers=[reader], resource=self.provider.resource, shutdown_on_exit=False
         )
@@ -783,4 +781,4 @@ def _flush_before_reading() -> None:
         )
 
 
-_files.before_reading(_flush_before_reading)
+before_reading(_flush_before_reading)

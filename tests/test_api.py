@@ -1289,8 +1289,8 @@ def test_decorated_functions_record_arguments_however_they_are_passed(mem) -> No
 def test_a_none_reward_is_still_a_step_and_its_flags_count(tmp_path, result):
     """Runners return ``(obs, None, done)``: the step stays, its flags are kept, and every
     file format holds the missing reward as a null."""
+    from agenttrace.reading.step_tables import read_step_tables
     from agenttrace.sinks import load_trajectories
-    from agenttrace.sinks.step_tables import read_step_tables
 
     found = at.extract_step(result)
     assert found is not None and found.reward is None

@@ -43,9 +43,9 @@ import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.cli.main import main
 from agenttrace.instrument.wrappers import TracedEnv
+from agenttrace.reading.step_tables import column_values, decoded_column, read_step_tables
 from agenttrace.sinks import load_trajectories
 from agenttrace.sinks.minari_dataset import MinariSink
-from agenttrace.sinks.step_tables import column_values, decoded_column, read_step_tables
 from agenttrace.trajectory.equality import values_equal
 
 ROUTE = "`agenttrace export --format minari`, live `minari` sink, inferred spaces"

@@ -16,8 +16,8 @@ from conftest import run_script
 
 import agenttrace as at
 from agenttrace.cli.main import main
+from agenttrace.reading.step_tables import read_step_tables
 from agenttrace.sinks import load_trajectories
-from agenttrace.sinks.step_tables import read_step_tables
 from agenttrace.trajectory.scores import apply_scores, checked_score
 
 REWARDS = {"ep-a": [0.0, 0.0, 0.0], "ep-b": [1.0, 0.0], "ep-c": [0.5]}

@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from conftest_sinks_helpers import ErrorLog, make_batch, make_trajectory
 
+from agenttrace.reading.parquet import read_parquet
 from agenttrace.sinks import ParquetSink, Sink, load_trajectories
-from agenttrace.sinks.parquet import arrow_schema, read_parquet, trajectory_to_row
+from agenttrace.sinks.parquet import arrow_schema, trajectory_to_row
 from agenttrace.trajectory.model import Step, Trajectory
 
 

@@ -21,13 +21,8 @@ import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.cli.main import main
 from agenttrace.instrument.wrappers import TracedEnv
-from agenttrace.sinks.step_tables import (
-    STEPS_FOLDER,
-    StepTablesSink,
-    column_values,
-    decoded_column,
-    read_step_tables,
-)
+from agenttrace.reading.step_tables import column_values, decoded_column, read_step_tables
+from agenttrace.sinks.step_tables import STEPS_FOLDER, StepTablesSink
 from agenttrace.trajectory.model import Step, Trajectory
 
 

@@ -49,7 +49,7 @@ from agenttrace.cli.exits import (
 )
 from agenttrace.cli.export_args import int_at_least
 from agenttrace.cli.summary import printable, render_summary, summarize
-from agenttrace.sinks import TrajectoryLoadError, iter_trajectories
+from agenttrace.reading import TrajectoryLoadError, iter_trajectories
 from agenttrace.sinks.files import safe_filename, utf8_safe
 from agenttrace.storage import span_paths
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from agenttrace.sinks.files import safe_filename
+from agenttrace.sinks.names import TRAJECTORIES_BASENAME
 from agenttrace.trajectory.model import Trajectory
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -47,7 +48,7 @@ class JsonlSink:
         self,
         folder: str | os.PathLike,
         *,
-        basename: str = "trajectories",
+        basename: str = TRAJECTORIES_BASENAME,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         if max_bytes <= 0:

@@ -1,11 +1,15 @@
-"""The suffixes of the files agenttrace writes and reads, and a name split at them: one list,
-so an output's side files (``data.scores.jsonl``) and split parts (``data.train.jsonl``) are
-named the same way everywhere."""
+"""The names of the files agenttrace writes and reads: one list of suffixes, so an output's
+side files (``data.scores.jsonl``) and split parts (``data.train.jsonl``) are named the same
+way everywhere, and the names a run folder's trajectory files and folders go by."""
 
 from __future__ import annotations
 
 #: Longest first: ``.jsonl.gz`` before ``.jsonl``.
 FILE_SUFFIXES = (".jsonl.gz", ".jsonl", ".ndjson", ".parquet", ".json")
+#: The trajectory sinks' default file stem: a run folder's trajectory files start with it.
+TRAJECTORIES_BASENAME = "trajectories"
+#: The JSON-per-episode sink's folder inside a run folder (agenttrace.sinks.jsondir).
+EPISODES_FOLDER = "episodes"
 
 
 def split_suffix(name: str) -> tuple[str, str]:

@@ -1,10 +1,10 @@
 """Parquet sink: one row per trajectory, written in finished part files.
 
-pyarrow is imported only when a sink is created or a file is read (the ``parquet`` extra).
+pyarrow is imported only when a sink is created or a row is built (the ``parquet`` extra).
 A part is written under a ``.partial`` name and renamed to ``<basename>-NNNNN.parquet``
 only when complete (on ``flush()``, ``close()`` or after ``rows_per_file`` rows), so readers
 never see a half-written file; a crash loses at most the rows of the part in progress. The
-column layout is in docs/sinks.md.
+column layout is in docs/sinks.md; :mod:`agenttrace.reading.parquet` reads the rows back.
 """
 
 from __future__ import annotations
@@ -12,22 +12,17 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agenttrace._version import install_hint
-from agenttrace.sinks.files import (
-    TrajectoryLoadError,
-    record_error,
-    utf8_safe,
-    warn_load_error,
-)
+from agenttrace.sinks.files import utf8_safe
 from agenttrace.sinks.jsonl import check_basename
+from agenttrace.sinks.names import TRAJECTORIES_BASENAME
 from agenttrace.sinks.parts import PartWriter
 from agenttrace.sinks.scores import score_batch
 from agenttrace.trajectory.codec import encode
-from agenttrace.trajectory.model import Trajectory, TrajectoryFormatError, content_json
+from agenttrace.trajectory.model import Trajectory, content_json
 from agenttrace.trajectory.scores import Score
 
 if TYPE_CHECKING:
@@ -48,7 +43,8 @@ ROW_GROUP_ROWS = 256
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 
 
-def _require_pyarrow() -> tuple[Any, Any]:
+def require_pyarrow() -> tuple[Any, Any]:
+    """``(pyarrow, pyarrow.parquet)``, or an ImportError that says how to install them."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -61,7 +57,7 @@ def _require_pyarrow() -> tuple[Any, Any]:
 
 def arrow_schema() -> pa.Schema:
     """The Arrow schema of a trajectory row (see docs/sinks.md)."""
-    pa, _ = _require_pyarrow()
+    pa, _ = require_pyarrow()
     step = pa.struct(
         [
             ("index", pa.int64()),
@@ -108,7 +104,7 @@ def chat_arrow_schema() -> pa.Schema:
     ``messages`` is a list of structs as fine-tuning tools expect; a message's ``content``
     that is not text (a list of parts) and its ``tool_calls`` are JSON text.
     """
-    pa, _ = _require_pyarrow()
+    pa, _ = require_pyarrow()
     message = pa.struct(
         [
             ("role", pa.string()),
@@ -250,42 +246,6 @@ def trajectory_to_batch(trajectory: Trajectory, schema: pa.Schema) -> pa.RecordB
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _json_column(text: str | None, where: str) -> Any:
-    """A column's JSON text parsed; text that does not parse breaks the schema at ``where``."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError) as exc:
-        raise TrajectoryFormatError(f"{where}: not valid JSON text: {exc}", field=where) from exc
-    except RecursionError:
-        raise TrajectoryFormatError(
-            f"{where}: nested too deeply to read (over Python's recursion limit)", field=where
-        ) from None
-
-
-def row_to_trajectory(row: dict[str, Any]) -> Trajectory:
-    """Inverse of :func:`trajectory_to_row`, through ``Trajectory.from_dict`` and the codec
-    (which checks every field: docs/trajectory-format.md, "Validation")."""
-    data = dict(row)
-    for key in JSON_COLUMNS:
-        data[key] = _json_column(data.get(key), key)
-    steps = []
-    for number, step in enumerate(data.get("steps") or ()):
-        step = dict(step)
-        for key in STEP_JSON_FIELDS:
-            step[key] = _json_column(step.get(key), f"steps[{number}].{key}")
-        # Floats go through the codec as themselves; NaN/inf arrive as native floats.
-        steps.append(step)
-    data["steps"] = steps
-    if data.get("attributes") is None:
-        data["attributes"] = {}
-    for key in ("lossy", "scores"):  # Arrow maps read back as (key, value) pairs
-        if isinstance(data.get(key), list):
-            data[key] = dict(data[key])
-    return Trajectory.from_dict(data)
-
-
 class ParquetSink:
     """Writes trajectories as rows of ``folder/<basename>-00000.parquet``, ``-00001``, ...
 
@@ -299,11 +259,11 @@ class ParquetSink:
         self,
         folder: str | os.PathLike,
         *,
-        basename: str = "trajectories",
+        basename: str = TRAJECTORIES_BASENAME,
         rows_per_file: int = 10_000,
         compression: str = "zstd",
     ) -> None:
-        self._pa, self._pq = _require_pyarrow()
+        self._pa, self._pq = require_pyarrow()
         self.folder = Path(folder)
         self.basename = check_basename(basename)
         self._schema = arrow_schema()
@@ -370,61 +330,9 @@ class ParquetSink:
         return f"ParquetSink({str(self.folder)!r}, basename={self.basename!r})"
 
 
-def read_parquet(
-    path: str | os.PathLike,
-    *,
-    on_error: Callable[[TrajectoryLoadError], Any] | None = None,
-    batch_rows: int = 64,
-) -> Iterator[Trajectory]:
-    """Yield the trajectories of one Parquet file, equal to what was written.
-
-    A row that cannot be rebuilt becomes a :class:`TrajectoryLoadError` (row numbers from 0)
-    given to ``on_error`` (default: a warning); the other rows still load. Rows are read
-    ``batch_rows`` at a time, so memory stays bounded for large episodes.
-    """
-    pa, pq = _require_pyarrow()
-    report = on_error or warn_load_error
-    read_errors = (OSError, ValueError, pa.ArrowException)
-    try:
-        parquet_file = pq.ParquetFile(path)
-        names = parquet_file.schema_arrow.names
-    except read_errors as exc:
-        report(TrajectoryLoadError(path, None, f"cannot read Parquet file: {exc}"))
-        return
-    missing = [name for name in ("episode_id", "steps") if name not in names]
-    if missing:
-        report(
-            TrajectoryLoadError(
-                path, None, f"not an agenttrace trajectory file: no column {', '.join(missing)}"
-            )
-        )
-        return
-    row_index = 0
-    batches = parquet_file.iter_batches(batch_size=batch_rows)
-    while True:
-        try:
-            batch = next(batches, None)
-            rows = None if batch is None else batch.to_pylist()
-        except read_errors as exc:
-            report(TrajectoryLoadError(path, row_index, f"cannot read rows from here on: {exc}"))
-            return
-        if rows is None:
-            return
-        for row in rows:
-            try:
-                trajectory = row_to_trajectory(row)
-            except Exception as exc:  # one bad row never costs the others
-                report(record_error(path, row_index, exc))
-            else:
-                yield trajectory
-            row_index += 1
-
-
 __all__ = [
     "ParquetSink",
     "arrow_schema",
-    "read_parquet",
-    "row_to_trajectory",
     "trajectory_to_batch",
     "trajectory_to_row",
 ]

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from agenttrace.sinks.jsonl import line_pieces
 from agenttrace.sinks.names import split_suffix
-from agenttrace.sinks.parquet import _require_pyarrow
+from agenttrace.sinks.parquet import require_pyarrow
 from agenttrace.sinks.scores import SCORES_SUFFIX, ScoreLog
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.scores import Score
@@ -54,7 +54,7 @@ class SingleFileWriter:
         if self.kind == "parquet":
             if schema is None:
                 raise ValueError("a Parquet output needs its Arrow schema")
-            _, pq = _require_pyarrow()
+            _, pq = require_pyarrow()
             self._parquet = pq.ParquetWriter(self.partial, schema, compression="zstd")
         elif self.path.name.lower().endswith(".gz"):
             self._text = gzip.open(self.partial, "wb")  # type: ignore[assignment]  # noqa: SIM115

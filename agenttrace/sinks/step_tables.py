@@ -16,7 +16,8 @@ values need another one starts a new part.
 
 A view of the trajectory the one assembler built, like every sink; the live pipeline writes it
 as episodes finish (``sinks=["steps"]``) and ``agenttrace export --format steps`` from stored
-spans.
+spans (into a :class:`StepTablesFolder`, whole or not at all).
+:mod:`agenttrace.reading.step_tables` reads the columns back as the values that were written.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from agenttrace._version import install_hint
 from agenttrace.sinks.files import utf8_safe
 from agenttrace.sinks.parts import PartWriter
 from agenttrace.sinks.scores import score_batch
-from agenttrace.trajectory.codec import dumps, encode, loads
+from agenttrace.trajectory.codec import dumps, encode
 from agenttrace.trajectory.model import Trajectory, content_json
 from agenttrace.trajectory.scores import Score
 
@@ -61,7 +62,8 @@ INFERRED = ("observation", "action")
 _INT64 = (-(2**63), 2**63 - 1)
 
 
-def _pyarrow() -> Any:
+def load_pyarrow() -> Any:
+    """pyarrow, or an ImportError that says how to install it."""
     try:
         import pyarrow as pa
     except ImportError as exc:
@@ -76,14 +78,14 @@ class _Encoded:
     """The fallback: codec JSON text (a string column)."""
 
     def arrow_type(self) -> Any:
-        return _pyarrow().string()
+        return load_pyarrow().string()
 
     def metadata(self) -> dict[bytes, bytes]:
         return {ENCODING_KEY: ENCODED}
 
     def array(self, values: Sequence[Any]) -> Any:
         texts = [None if v is None else utf8_safe(dumps(v)) for v in values]
-        return _pyarrow().array(texts, type=self.arrow_type())
+        return load_pyarrow().array(texts, type=self.arrow_type())
 
     def __eq__(self, other: object) -> bool:
         return type(other) is _Encoded
@@ -99,7 +101,7 @@ class _Scalar:
         self.kind = kind  # bool | int64 | float64 | string
 
     def arrow_type(self) -> Any:
-        pa = _pyarrow()
+        pa = load_pyarrow()
         return {"bool": pa.bool_(), "int64": pa.int64(), "float64": pa.float64()}.get(
             self.kind, pa.string()
         )
@@ -108,7 +110,7 @@ class _Scalar:
         return {ENCODING_KEY: TYPED}
 
     def array(self, values: Sequence[Any]) -> Any:
-        return _pyarrow().array(list(values), type=self.arrow_type())
+        return load_pyarrow().array(list(values), type=self.arrow_type())
 
     def __eq__(self, other: object) -> bool:
         return type(other) is _Scalar and other.kind == self.kind
@@ -125,7 +127,7 @@ class _Array:
         self.shape = shape
 
     def arrow_type(self) -> Any:
-        pa = _pyarrow()
+        pa = load_pyarrow()
         arrow = pa.from_numpy_dtype(self.dtype)
         for size in reversed(self.shape):
             arrow = pa.list_(arrow, size)
@@ -139,7 +141,7 @@ class _Array:
         }
 
     def array(self, values: Sequence[Any]) -> Any:
-        pa = _pyarrow()
+        pa = load_pyarrow()
         count = len(values)
         size = math.prod(self.shape)
         flat = np.zeros((count, size), dtype=self.dtype)
@@ -175,7 +177,7 @@ class _Struct:
         return value.get(key)
 
     def arrow_type(self) -> Any:
-        pa = _pyarrow()
+        pa = load_pyarrow()
         return pa.struct(
             [
                 pa.field(key, child.arrow_type(), metadata=child.metadata())
@@ -187,7 +189,7 @@ class _Struct:
         return {ENCODING_KEY: TYPED}
 
     def array(self, values: Sequence[Any]) -> Any:
-        pa = _pyarrow()
+        pa = load_pyarrow()
         missing = [value is None for value in values]
         columns = [
             child.array([None if value is None else self._child(value, key) for value in values])
@@ -281,7 +283,7 @@ def _keep(current: Any, found: Any) -> Any:
 
 def step_schema(columns: dict[str, Any]) -> Any:
     """The steps table's Arrow schema, for the inferred observation/action column types."""
-    pa = _pyarrow()
+    pa = load_pyarrow()
     encoded = _Encoded()
     fields = [
         pa.field("episode_id", pa.string()),
@@ -305,7 +307,7 @@ def step_schema(columns: dict[str, Any]) -> Any:
 def episode_schema(observation: Any = None) -> Any:
     """The episodes table's Arrow schema; ``final_observation`` has the steps table's
     ``observation`` column type (None: the encoded column)."""
-    pa = _pyarrow()
+    pa = load_pyarrow()
     json_text = {ENCODING_KEY: ENCODED}
     final = _Encoded() if observation is None else observation
     return pa.schema(
@@ -338,7 +340,7 @@ def _number(value: Any) -> float | None:
 
 def steps_batch(trajectory: Trajectory, columns: dict[str, Any]) -> Any:
     """The episode's step rows, with ``columns`` giving the observation/action types."""
-    pa = _pyarrow()
+    pa = load_pyarrow()
     steps = trajectory.steps
     schema = step_schema(columns)
     data = {
@@ -370,7 +372,7 @@ def steps_batch(trajectory: Trajectory, columns: dict[str, Any]) -> Any:
 def episode_batch(trajectory: Trajectory, observation: Any = None) -> Any:
     """The episode's row of the episodes table; ``final_observation`` in the column type
     ``observation`` (the steps table's; None: encoded)."""
-    pa = _pyarrow()
+    pa = load_pyarrow()
     attributes = trajectory.attributes
     env_index = attributes.get(sc.ENV_INDEX)
     error = trajectory.error
@@ -434,7 +436,7 @@ class StepTablesSink:
         row_group_rows: int = ROW_GROUP_ROWS,
         compression: str = "zstd",
     ) -> None:
-        self._pa = _pyarrow()
+        self._pa = load_pyarrow()
         self.folder = Path(folder)
 
         def table(name: str, basename: str, group_rows: int) -> PartWriter:
@@ -511,104 +513,6 @@ class StepTablesSink:
         return f"StepTablesSink({str(self.folder)!r})"
 
 
-# --- reading back ----------------------------------------------------------------------------
-
-
-def column_values(table: Any, name: str) -> Any:
-    """A column of a step table as the values that were written.
-
-    A typed array column comes back as one numpy array of shape ``(rows, *shape)`` in the
-    dtype recorded in its metadata (null rows are an error: use :func:`decoded_column`); an
-    encoded column as a list of decoded values; a struct column (Dict and Tuple spaces) as a
-    list of dicts or tuples whose children are rebuilt the same way, arrays and numpy
-    scalars in their dtype; any other column as ``to_pylist()``.
-    """
-    field = table.schema.field(name)
-    metadata = field.metadata or {}
-    column = table.column(name)
-    if metadata.get(ENCODING_KEY) == ENCODED:
-        return decoded_column(column)
-    if _pyarrow().types.is_struct(field.type):
-        return _rebuilt(field, column.combine_chunks())
-    if DTYPE_KEY in metadata:
-        dtype = np.dtype(metadata[DTYPE_KEY].decode())
-        shape = tuple(json.loads(metadata[SHAPE_KEY]))
-        if column.null_count:
-            raise ValueError(f"column {name!r} has missing values; read it with to_pylist()")
-        flat = column.combine_chunks()
-        for _ in shape:
-            flat = flat.flatten()
-        return np.asarray(flat.to_numpy(zero_copy_only=False), dtype=dtype).reshape(
-            (len(column), *shape)
-        )
-    return column.to_pylist()
-
-
-def _rebuilt(field: Any, array: Any) -> list[Any]:
-    """The values of one (possibly nested) column, as they were written."""
-    pa = _pyarrow()
-    metadata = field.metadata or {}
-    if metadata.get(ENCODING_KEY) == ENCODED:
-        return decoded_column(array)
-    if pa.types.is_struct(field.type):
-        names = [field.type.field(i).name for i in range(field.type.num_fields)]
-        children = [
-            _rebuilt(field.type.field(i), array.field(i)) for i in range(field.type.num_fields)
-        ]
-        rows: list[Any] = []
-        for row in range(len(array)):
-            if not array[row].is_valid:
-                rows.append(None)
-            elif metadata.get(CONTAINER_KEY) == b"tuple":
-                rows.append(tuple(child[row] for child in children))
-            else:
-                rows.append({key: child[row] for key, child in zip(names, children, strict=True)})
-        return rows
-    if DTYPE_KEY in metadata:
-        dtype = np.dtype(metadata[DTYPE_KEY].decode())
-        shape = tuple(json.loads(metadata[SHAPE_KEY]))
-        out: list[Any] = []
-        for value in array.to_pylist():
-            if value is None:
-                out.append(None)
-            elif shape:
-                out.append(np.asarray(value, dtype=dtype).reshape(shape))
-            else:
-                out.append(dtype.type(value))
-        return out
-    return array.to_pylist()
-
-
-def decoded_column(column: Any) -> list[Any]:
-    """An encoded (JSON text) column's values, decoded by the codec (numpy arrays and all)."""
-    return [None if text is None else loads(text) for text in column.to_pylist()]
-
-
-def read_step_tables(folder: str | os.PathLike) -> tuple[Any, Any]:
-    """(steps, episodes) of a step-tables folder as Arrow tables, all part files of each."""
-    import pyarrow.parquet as pq
-
-    root = Path(folder)
-    tables = []
-    for name in (STEPS_FOLDER, EPISODES_FOLDER):
-        parts = sorted((root / name).glob("*.parquet"))
-        if not parts:
-            raise FileNotFoundError(f"no {name} part files in {root / name}")
-        tables.append(_concat([pq.read_table(part) for part in parts]))
-    return tables[0], tables[1]
-
-
-def _concat(tables: list[Any]) -> Any:
-    pa = _pyarrow()
-    try:
-        return pa.concat_tables(tables)
-    except pa.ArrowInvalid as exc:
-        raise ValueError(
-            "the part files have different schemas (the values changed type during the run; "
-            "read the parts one by one)"
-        ) from exc
-
-
 class StepTablesFolder:
     """The step tables of ``agenttrace export --format steps --out FOLDER``, whole or not at
     all: written into ``.FOLDER.partial`` beside it and renamed into place by :meth:`close`.
@@ -680,10 +584,7 @@ def _only_step_tables(folder: Path) -> bool:
 __all__ = [
     "StepTablesFolder",
     "StepTablesSink",
-    "column_values",
-    "decoded_column",
     "episode_batch",
     "infer_column",
-    "read_step_tables",
     "steps_batch",
 ]
