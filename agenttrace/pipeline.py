@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agenttrace import _logging, config, exit_line, process_end
 from agenttrace import semconv as sc
+from agenttrace._threads import signals_blocked
 from agenttrace._version import __version__
 from agenttrace.processing.foreign_spans import ForeignSpanPolicy
 from agenttrace.processing.metrics import CountingMetricExporter, EpisodeMetrics
@@ -180,7 +181,8 @@ class AgentTrace:
             if not wanted:
                 return None
         self.metric_exporter = CountingMetricExporter(_otlp("metrics"))
-        reader = PeriodicExportingMetricReader(self.metric_exporter)
+        with signals_blocked():  # its export thread starts here: see agenttrace._threads
+            reader = PeriodicExportingMetricReader(self.metric_exporter)
         self.owned_meter_provider = MeterProvider(
             metric_readers=[reader], resource=self.provider.resource, shutdown_on_exit=False
         )
