@@ -24,8 +24,8 @@ from agenttrace import reading as _reading
 from agenttrace import sinks as _sinks
 from agenttrace._version import __version__
 from agenttrace.config import ConfigError
+from agenttrace.instrument.episode_state import current_episode_id
 from agenttrace.instrument.extractors import StepResult, extract_step
-from agenttrace.instrument.scope import current_episode_id
 from agenttrace.instrument.spans import (
     agent_act,
     env_closed,

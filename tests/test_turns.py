@@ -15,7 +15,7 @@ from conftest import assert_same_episodes, read_run
 import agenttrace as at
 from agenttrace import _logging
 from agenttrace import semconv as sc
-from agenttrace.instrument.spans import StepRecordScope
+from agenttrace.instrument.step_scopes import StepRecordScope
 from agenttrace.storage import read_otlp_json
 
 

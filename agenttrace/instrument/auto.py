@@ -5,7 +5,7 @@
 loads it; with ``AGENTTRACE_TARGETS`` (or ``AGENTTRACE_TARGETS_FILE``) set it wraps the named
 functions and methods with wrapt and every call becomes an agenttrace span, exactly as if the
 function had been decorated (``@at.episode``, ``@at.env_step``, ...): the wrappers call the
-decorators' own per-call code (``spans.trace_callable``). In code::
+decorators' own per-call code (``scope.trace_callable``). In code::
 
     AgentTraceInstrumentor().instrument(targets=["pkg.env:Env.step=env.step"])
     ...

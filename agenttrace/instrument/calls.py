@@ -18,11 +18,12 @@ from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._logging import warn_once as _warn_once
 from agenttrace.instrument.arguments import CallArguments
+from agenttrace.instrument.episode_state import TURN_CALL_PRIORITY, _EpisodeState, _Frame
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.field_values import count_value, finish_texts, text_value
 from agenttrace.instrument.llm_requests import read_request, request_parameters
 from agenttrace.instrument.llm_results import read_result
-from agenttrace.instrument.scope import TURN_CALL_PRIORITY, _EpisodeState, _Frame, _Scope
+from agenttrace.instrument.scope import _Scope
 from agenttrace.trajectory.call_placement import final_answer_request
 
 

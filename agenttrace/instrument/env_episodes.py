@@ -11,7 +11,7 @@ each env *instance* (the object the method is called on) gets its own episodes:
   terminated or truncated ends it ``completed`` / ``truncated``; an exception ends it
   ``errored``;
 * a ``step()`` with no episode open on its env (before the first reset) stays outside any
-  episode, and is counted for the warning at exit (``spans.steps_outside_episodes``).
+  episode, and is counted for the warning at exit (``step_scopes.steps_outside_episodes``).
 
 Inside an ``episode`` span (a target, a decorator, a ``with``) nothing changes. The auto-
 instrumentor uses these scopes for env.reset/env.step targets unless
@@ -27,8 +27,9 @@ from typing import Any
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace.instrument.arguments import CallArguments
-from agenttrace.instrument.scope import _is_cancel, current_episode_id
-from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope
+from agenttrace.instrument.episode_scope import EpisodeScope
+from agenttrace.instrument.episode_state import _is_cancel, current_episode_id
+from agenttrace.instrument.step_scopes import EnvResetScope, EnvStepScope
 
 
 class EnvEpisodeResetScope(EnvResetScope):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.utils import (
@@ -33,12 +33,10 @@ from agenttrace._logging import internal_error as _internal_error
 from agenttrace._logging import warn_once as _warn_once
 from agenttrace._secrets import is_secret_name
 from agenttrace.instrument.arguments import CallArguments, Parameters
+from agenttrace.instrument.episode_scope import EpisodeScope
+from agenttrace.instrument.episode_state import _FRAME_KEY, _Frame
 from agenttrace.instrument.extractors import _UNSET
-from agenttrace.instrument.scope import _FRAME_KEY, _Frame, _Scope
-from agenttrace.trajectory import codec
-
-if TYPE_CHECKING:
-    from agenttrace.instrument.spans import EpisodeScope
+from agenttrace.instrument.scope import _Scope
 
 #: The role of a target that sets fields of the episode it is called in, without a span.
 EPISODE_FIELDS = "episode.fields"
@@ -46,9 +44,6 @@ EPISODE_FIELDS = "episode.fields"
 RETURN = "return"
 #: An option path's head naming the object (or class) a method is called on.
 RECEIVER_NAME = "self"
-#: The fields an ``episode.fields`` call, or an episode's return value, can set (besides
-#: ``attributes.NAME``): what may change after the episode's span started.
-LATE_FIELDS = ("episode_id", "task_id", "error")
 
 Fields = tuple[tuple[str, tuple[str, ...]], ...]
 
@@ -193,24 +188,3 @@ class FieldsCall:
         result = yield from generator
         self._apply(episode, instance, args, kwargs, result)
         return result
-
-
-def error_parts(value: Any, limit: int) -> tuple[str | None, str]:
-    """(type, message) of an error a runner reported as a value, not an exception: an
-    object's or mapping's ``type`` and ``message``, else the value as text (a mapping as JSON,
-    secrets redacted), at most ``limit`` characters each."""
-    if isinstance(value, Mapping):
-        kind, message = value.get("type"), value.get("message")
-        known = "type" in value and "message" in value
-    else:
-        kind, message = getattr(value, "type", None), getattr(value, "message", None)
-        known = hasattr(value, "type") and hasattr(value, "message")
-    if not known:
-        if isinstance(value, str):
-            kind, message = None, value
-        elif isinstance(value, Mapping):
-            kind, message = None, codec.dumps(value, redact_secrets=True)
-        else:
-            kind, message = None, str(value)
-    kind_text = None if kind is None or kind == "" else str(kind)[:limit]
-    return kind_text, ("" if message is None else str(message))[:limit]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agenttrace import config
-from agenttrace.instrument import spans
+from agenttrace.instrument import step_scopes
 
 logger = logging.getLogger("agenttrace")
 
@@ -43,7 +43,7 @@ def warn(
             library,
             library,
         )
-    outside = spans.steps_outside_episodes
+    outside = step_scopes.steps_outside_episodes
     if outside:
         logger.warning(
             "agenttrace: %d env.step call%s ran outside any episode, on an env with no episode "

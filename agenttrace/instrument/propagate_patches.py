@@ -31,9 +31,9 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 
 from agenttrace import config
 from agenttrace._logging import internal_error as _internal_error
+from agenttrace.instrument.episode_state import current_episode_id
 from agenttrace.instrument.propagation import aiohttp_middleware, in_context, inject
 from agenttrace.instrument.proxies import PatchProxy
-from agenttrace.instrument.scope import current_episode_id
 
 logger = logging.getLogger("agenttrace")
 

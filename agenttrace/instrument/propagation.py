@@ -42,7 +42,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
-from agenttrace.instrument.scope import _FRAME_KEY, _EpisodeState, _Frame
+from agenttrace.instrument.episode_state import _FRAME_KEY, _EpisodeState, _Frame
 
 logger = logging.getLogger("agenttrace")
 

@@ -28,9 +28,9 @@ from agenttrace.instrument.episode_fields import (
     walk,
 )
 from agenttrace.instrument.episode_fields import pick as _pick
+from agenttrace.instrument.episode_scope import EpisodeScope
 from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.scope import _Scope
-from agenttrace.instrument.spans import EpisodeScope
 from agenttrace.instrument.targets import (
     ATTRIBUTE_OPTION,
     ROLES,

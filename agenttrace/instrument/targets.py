@@ -39,18 +39,17 @@ from agenttrace import semconv as sc
 from agenttrace.instrument.calls import LLMCallScope, ToolCallScope
 from agenttrace.instrument.episode_fields import (
     EPISODE_FIELDS,
-    LATE_FIELDS,
     RECEIVER_NAME,
     RETURN,
     EpisodeFieldsScope,
 )
+from agenttrace.instrument.episode_scope import LATE_FIELDS, EpisodeScope
 from agenttrace.instrument.extractors import EXTRACTORS
 from agenttrace.instrument.scope import _Scope
-from agenttrace.instrument.spans import (
+from agenttrace.instrument.step_scopes import (
     AgentActScope,
     EnvResetScope,
     EnvStepScope,
-    EpisodeScope,
     StepRecordScope,
     TimestepScope,
 )

@@ -31,14 +31,11 @@ instrument_gymnasium` wraps what ``gymnasium.make_vec`` returns.
 
 from __future__ import annotations
 
-import functools
 import numbers
 import os
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link, Status, StatusCode
 
@@ -46,15 +43,13 @@ from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._version import install_hint
+from agenttrace.instrument.episode_scope import EpisodeScope
 from agenttrace.instrument.scope import content_text
-from agenttrace.instrument.spans import EnvResetScope, EnvStepScope, EpisodeScope
-from agenttrace.instrument.wrappers import (
+from agenttrace.instrument.step_scopes import EnvResetScope, EnvStepScope
+from agenttrace.instrument.wrapper_options import (
     _checked_collector,
     _collector_for,
     _episode_options,
-    _in_make,
-    _sub_env_index,
-    index_sub_envs_if_instrumented,
 )
 
 try:
@@ -379,116 +374,6 @@ def _seed(seed: Any, sub: _SubEnv) -> int | None:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
     return None
-
-
-# --- instrument_gymnasium's patches (agenttrace.instrument.wrappers) --------------------
-
-
-class _IndexedEnvFn:
-    """A vector env's ``env_fn`` that says which sub-environment it makes, and whether the
-    vector env was made inside a traced ``make_vec`` (whose batched results record its
-    sub-environments: they must not be recorded again where they run).
-
-    ``AsyncVectorEnv`` sends env_fns to its worker processes with cloudpickle, so this
-    travels with the env_fn: a worker forked from this process inherits both settings
-    anyway, and one started by spawn or forkserver (a fresh interpreter, instrumented by
-    itself or not at all) gets them from here. Picklable when the function it holds is.
-    """
-
-    def __init__(self, env_fn: Callable[[], Any], index: int, in_make: bool = False) -> None:
-        self.env_fn = env_fn
-        self.index = index
-        self.in_make = in_make
-
-    def __call__(self) -> Any:
-        token = _sub_env_index.set(self.index)
-        in_make = _in_make.set(True) if self.in_make else None
-        try:
-            return self.env_fn()
-        finally:
-            if in_make is not None:
-                _in_make.reset(in_make)
-            _sub_env_index.reset(token)
-
-
-def indexed_vector_init(
-    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict
-) -> Any:
-    """``SyncVectorEnv``/``AsyncVectorEnv(env_fns, ...)`` with each env_fn indexed, so the
-    sub-environments ``gymnasium.make`` traces carry ``rl.env.index``; inside a traced
-    ``make_vec`` they are not traced at all, wherever they run."""
-    try:
-        env_fns = args[0] if args else kwargs["env_fns"]
-        in_make = _in_make.get()
-        indexed = [_IndexedEnvFn(fn, i, in_make) for i, fn in enumerate(env_fns)]
-        if args:
-            args = (indexed, *args[1:])
-        else:
-            kwargs = {**kwargs, "env_fns": indexed}
-    except Exception:
-        pass  # (not the signature we know: construct as given)
-    return wrapped(*args, **kwargs)
-
-
-#: Vector env classes of RL libraries that take ``env_fns`` first, as gymnasium's do:
-#: (module, class). Their sub-envs made by ``gymnasium.make`` get ``rl.env.index`` too.
-LIBRARY_VECTOR_ENVS = (
-    ("stable_baselines3.common.vec_env.dummy_vec_env", "DummyVecEnv"),
-    ("stable_baselines3.common.vec_env.subproc_vec_env", "SubprocVecEnv"),
-)
-_library_hooks_registered = False
-
-
-def index_library_vector_envs_on_import() -> None:
-    """Index the sub-envs of :data:`LIBRARY_VECTOR_ENVS` once each library is imported (now
-    if it is), while gymnasium is instrumented. The hooks are registered once per process."""
-    global _library_hooks_registered
-    if _library_hooks_registered:  # (they look at whether gymnasium is instrumented)
-        for module_name, class_name in LIBRARY_VECTOR_ENVS:
-            module = sys.modules.get(module_name)
-            if module is not None:
-                _index_library_class(module, class_name)
-        return
-    _library_hooks_registered = True
-    for module_name, class_name in LIBRARY_VECTOR_ENVS:
-        hook = functools.partial(_index_library_class, class_name=class_name)
-        wrapt.register_post_import_hook(hook, module_name)
-
-
-def _index_library_class(module: Any, class_name: str) -> None:
-    vector_class = getattr(module, class_name, None)
-    if isinstance(vector_class, type):
-        try:
-            index_sub_envs_if_instrumented(vector_class)
-        except Exception:
-            _internal_error(f"indexing the sub-envs of {module.__name__}.{class_name}")
-
-
-def traced_make_vec(
-    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict, *, options: dict
-) -> Any:
-    if _in_make.get():
-        return wrapped(*args, **kwargs)
-    token = _in_make.set(True)  # its sub-environments are recorded from the batched results
-    try:
-        envs = wrapped(*args, **kwargs)
-    finally:
-        _in_make.reset(token)
-    if not isinstance(envs, gymnasium.vector.VectorEnv) or _is_traced_vector(envs):
-        return envs
-    try:
-        return TracedVectorEnv(envs, **options)
-    except Exception:
-        _internal_error("wrapping a vector env made by gymnasium.make_vec")
-        return envs
-
-
-def _is_traced_vector(envs: Any) -> bool:
-    while envs is not None:
-        if isinstance(envs, TracedVectorEnv):
-            return True
-        envs = getattr(envs, "env", None)
-    return False
 
 
 __all__ = ["TracedVectorEnv"]

@@ -11,7 +11,10 @@ rebuilds the trajectory::
     ...  # env.step(action) as usual; the episode ends with the terminal step
 
 * :class:`TracedEnv` wraps a ``gymnasium.Env`` (a ``gymnasium.Wrapper``);
-  :func:`instrument_gymnasium` makes ``gymnasium.make`` return traced environments.
+  :func:`instrument_gymnasium` makes ``gymnasium.make`` return traced environments and
+  ``gymnasium.make_vec`` traced vector environments (:class:`~agenttrace.instrument.vector.
+  TracedVectorEnv`), and tells the sub-environments of a vector env built by hand which one
+  they are.
 * :class:`TracedDmEnv` wraps a ``dm_env.Environment``.
 * :class:`TrajectoryCollectingEnvironment` wraps an ARES-style async environment (async
   ``reset``/``step``/``close``, ``async with``, dm_env-style ``TimeStep`` results).
@@ -22,12 +25,14 @@ before it returns (spans the environment creates inside ``step`` nest under its
 ``env.step``). Episode ends: terminal step ``completed``, truncated step ``truncated``,
 ``reset()`` while an episode is open ``abandoned`` (for the old one), ``close()`` while open
 ``aborted``, an exception from the environment ``errored`` (the exception passes through
-unchanged), ``asyncio.CancelledError``/``KeyboardInterrupt`` ``cancelled``.
+unchanged), ``asyncio.CancelledError``/``KeyboardInterrupt`` ``cancelled``. Every wrapper
+here records through one recorder (:mod:`agenttrace.instrument.env_recorder`).
 
 ``collector`` (every wrapper takes one) is called with each finished :class:`Trajectory` of
 that wrapper, on the thread that ended the episode, right when it ended. It is the same
 trajectory the sinks get: rebuilt by the one assembler from the same span records, which a
-small span processor (added once per TracerProvider) keeps for watched episodes only.
+small span processor (added once per TracerProvider) keeps for watched episodes only
+(:mod:`agenttrace.instrument.wrapper_options`, with the other keywords the wrappers share).
 
 docs/env-wrappers.md is the user guide.
 """
@@ -36,37 +41,24 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 import logging
-import numbers
 import os
+import sys
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 import wrapt
-from opentelemetry import context as otel_context
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from agenttrace import pipeline
 from agenttrace import semconv as sc
 from agenttrace._logging import internal_error as _internal_error
 from agenttrace._version import install_hint
 from agenttrace.instrument.env_identity import env_display_name, env_spec_json
-from agenttrace.instrument.extractors import _UNSET, EXTRACTORS
-from agenttrace.instrument.field_values import read_flag
+from agenttrace.instrument.env_recorder import _Recorder
+from agenttrace.instrument.extractors import _UNSET
 from agenttrace.instrument.proxies import PatchProxy
-from agenttrace.instrument.spans import (
-    EnvResetScope,
-    EnvStepScope,
-    EpisodeScope,
-    TimestepScope,
-)
-from agenttrace.processing.writer import AGENTTRACE_SCOPE
-from agenttrace.trajectory import Trajectory, build_trajectory, record_from_span
-from agenttrace.trajectory.records import SpanRecord
+from agenttrace.instrument.vector import TracedVectorEnv
+from agenttrace.instrument.wrapper_options import Collector, _checked_collector, _episode_options
 
 try:
     import gymnasium
@@ -80,324 +72,6 @@ except ImportError:
     dm_env = None  # type: ignore[assignment]
 
 logger = logging.getLogger("agenttrace")
-
-Collector = Callable[[Trajectory], Any]
-
-
-# --- the collector: finished trajectories of watched episodes ---------------------------------
-
-
-class _EpisodeCollector(SpanProcessor):
-    """Keeps span records of watched episodes; hands each finished episode to its callback.
-
-    Unwatched spans cost one dict lookup. The callback runs in ``on_end`` of the episode span,
-    on the thread that ended it; its failures are logged, never raised into ``span.end()``.
-    """
-
-    def __init__(self) -> None:
-        self._watched: dict[str, tuple[list[SpanRecord], Collector]] = {}
-
-    def watch(self, episode_id: str, callback: Collector) -> None:
-        self._watched[episode_id] = ([], callback)
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if not self._watched:
-            return
-        try:
-            attributes = span.attributes
-            episode_id = attributes.get(sc.EPISODE_ID) if attributes else None
-            if episode_id is None:
-                return
-            episode_id = str(episode_id)
-            entry = self._watched.get(episode_id)
-            if entry is None:
-                return
-            records, callback = entry
-            records.append(record_from_span(span))
-            if span.name != sc.EPISODE:
-                return
-            self._watched.pop(episode_id, None)
-        except Exception:
-            _internal_error("collecting spans for a collector")
-            return
-        _deliver(episode_id, records, callback)
-
-    def shutdown(self) -> None:
-        self._watched.clear()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
-
-
-def _deliver(episode_id: str, records: list[SpanRecord], callback: Collector) -> None:
-    try:
-        trajectory = build_trajectory(records, episode_id, trusted_scope=AGENTTRACE_SCOPE)
-    except Exception:
-        _internal_error("rebuilding a trajectory for a collector")
-        return
-    try:
-        callback(trajectory)
-    except Exception:
-        logger.exception(
-            "agenttrace: the collector %r failed on episode %s; that trajectory is lost to it "
-            "(the sinks still have it)",
-            callback,
-            episode_id,
-        )
-
-
-_collectors: weakref.WeakKeyDictionary[TracerProvider, _EpisodeCollector] = (
-    weakref.WeakKeyDictionary()
-)
-_collectors_lock = threading.Lock()
-
-
-def _collector_for(provider: TracerProvider) -> _EpisodeCollector:
-    with _collectors_lock:
-        collector = _collectors.get(provider)
-        if collector is None:
-            collector = _EpisodeCollector()
-            provider.add_span_processor(collector)
-            _collectors[provider] = collector
-        return collector
-
-
-def _checked_collector(collector: Any) -> Collector | None:
-    if collector is None:
-        return None
-    if not callable(collector):
-        raise TypeError(f"collector must be callable, got {type(collector).__name__}")
-    # a coroutine function, or an object whose __call__ is one
-    if inspect.iscoroutinefunction(collector) or inspect.iscoroutinefunction(
-        type(collector).__call__
-    ):
-        raise TypeError(
-            "collector must be a plain function called with each finished Trajectory; "
-            f"{collector!r} is a coroutine function (e.g. use queue.put_nowait instead)"
-        )
-    return collector
-
-
-# --- one wrapper's episodes ------------------------------------------------------------------
-
-
-def _episode_context(episode: EpisodeScope) -> Context | None:
-    """The context that makes ``episode`` current for its children.
-
-    spans.py has no public way to make a started scope current without ending it on exit;
-    this reads the scope's context (see docs/env-wrappers.md, "internals").
-    """
-    context = getattr(episode, "_context", None)
-    return context if isinstance(context, Context) else None
-
-
-def _is_cancel(exc: BaseException) -> bool:
-    return not isinstance(exc, Exception)
-
-
-class _Recorder:
-    """One wrapper's episodes: opened at reset, one step per call, each ended exactly once."""
-
-    def __init__(
-        self,
-        owner: Any,
-        *,
-        extractor: str,
-        episode_options: dict[str, Any],
-        collector: Collector | None,
-    ) -> None:
-        self.owner = owner
-        self.extract = EXTRACTORS[extractor]
-        self.extractor = extractor
-        self.episode_options = episode_options
-        self.collector = collector
-        self.runtime: pipeline.AgentTrace | None = None
-        self.episode: EpisodeScope | None = None
-        self.recording = False  # whether the open episode's span records (not sampled out)
-        self.last_episode_id: str | None = None
-        self.active = True  # False under an outer TracedEnv of the same stack
-
-    def open_episode(self) -> EpisodeScope | None:
-        """The open episode; None when there is none or it was ended elsewhere."""
-        episode = self.episode
-        if episode is None:
-            return None
-        if self.recording and not episode.span.is_recording():
-            self.episode = None  # ended by at.env_closed(env) or a previous failure
-            return None
-        return episode
-
-    def begin(self, seed: Any = None) -> None:
-        """Open a new episode; one still open ends ``abandoned``."""
-        self.end_open(sc.STATUS_ABANDONED)
-        try:
-            runtime = pipeline.get_default()
-            self.runtime = runtime
-            if not runtime.enabled:
-                return
-            if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-                seed = int(seed)
-            else:
-                seed = None
-            episode = EpisodeScope(
-                env=self.owner, seed=seed, runtime=runtime, **self.episode_options
-            ).start()
-            self.episode = episode
-            self.recording = episode.span.is_recording()
-            self.last_episode_id = episode.id
-            if self.collector is not None and episode.id and self.recording:
-                _collector_for(runtime.provider).watch(episode.id, self.collector)
-        except Exception:
-            _internal_error("opening an episode in an env wrapper")
-
-    def end(self, status: str, exc: BaseException | None = None) -> None:
-        episode, self.episode = self.episode, None
-        if episode is None:
-            return
-        try:
-            episode.end_as(status, exc)
-        except Exception:
-            _internal_error("ending an episode in an env wrapper")
-
-    def end_open(self, status: str) -> None:
-        if self.open_episode() is not None:
-            self.end(status)
-
-    def deactivate(self) -> None:
-        """An outer wrapper traces this stack now: stop producing spans."""
-        self.active = False
-        self.end_open(sc.STATUS_ABANDONED)
-
-    def reset_call(self, seed: Any = None) -> _TracedCall:
-        """Open an episode and trace the reset call in it."""
-        self.begin(seed)
-        return _TracedCall(self, reset=True)
-
-    def step_call(self, action: Any) -> _TracedCall | None:
-        """Trace one step of the open episode; None when no episode is open."""
-        if self.open_episode() is None:
-            return None
-        return _TracedCall(self, reset=False, action=action)
-
-    def ending_status(self, result: Any) -> str | None:
-        """completed/truncated when ``result`` ends the episode, else None."""
-        found = self.extract(result)
-        if found is None:
-            return None
-        if read_flag(found.terminated):  # (a flag that is not a bool: as record() reads it)
-            return sc.STATUS_COMPLETED
-        if read_flag(found.truncated):
-            return sc.STATUS_TRUNCATED
-        return None
-
-
-class _TracedCall:
-    """One call of the wrapped environment, its spans current only while it runs.
-
-    Entered around the call: attaches the episode's context and starts ``env.reset`` (or
-    ``timestep`` and ``env.step``); on exit ends them, restores the caller's context and then
-    ends the episode if the call ended it (children end before the episode span).
-    """
-
-    __slots__ = ("_action", "_ending", "_recorder", "_reset", "_scopes", "_token")
-
-    def __init__(self, recorder: _Recorder, *, reset: bool, action: Any = _UNSET) -> None:
-        self._recorder = recorder
-        self._reset = reset
-        self._action = action
-        self._scopes: list[Any] = []
-        self._token: object | None = None
-        self._ending: str | None = None
-
-    def __enter__(self) -> _TracedCall:
-        recorder = self._recorder
-        episode = recorder.episode
-        if episode is None:
-            return self
-        try:
-            context = _episode_context(episode)
-            if context is not None:
-                self._token = otel_context.attach(context)
-            elif recorder.recording:  # the call's spans would miss the episode: say so
-                raise RuntimeError("the episode scope has no context to make current")
-            runtime = recorder.runtime
-            if self._reset:
-                scopes: tuple[Any, ...] = (EnvResetScope(runtime=runtime),)
-            else:
-                scopes = (
-                    TimestepScope(runtime=runtime),
-                    EnvStepScope(extractor=recorder.extractor, runtime=runtime),
-                )
-            for scope in scopes:
-                scope.__enter__()
-                self._scopes.append(scope)
-            if self._action is not _UNSET:
-                scopes[-1].record(action=self._action)
-        except Exception:
-            _internal_error("starting a traced env call")
-        return self
-
-    def record(self, result: Any) -> None:
-        """Record what the environment returned (and whether it ended the episode)."""
-        if not self._scopes:
-            return
-        try:
-            self._scopes[-1].record_result(result)
-            if not self._reset:
-                self._ending = self._recorder.ending_status(result)
-        except Exception:
-            _internal_error("recording an env result")
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        try:
-            for scope in reversed(self._scopes):
-                scope.__exit__(exc_type, exc, tb)
-        except Exception:
-            _internal_error("ending a traced env call")
-        finally:
-            self._scopes.clear()
-            token, self._token = self._token, None
-            if token is not None:
-                otel_context.detach(token)
-        recorder = self._recorder
-        if recorder.episode is None:
-            return
-        if exc is not None:
-            recorder.end(sc.STATUS_CANCELLED if _is_cancel(exc) else sc.STATUS_ERRORED, exc)
-        elif self._ending is not None:
-            recorder.end(self._ending)
-
-
-def _episode_options(
-    task_id: str | None,
-    env_name: str | None,
-    agent_name: str | None,
-    policy_version: str | None,
-    attributes: dict[str, Any] | None,
-) -> dict[str, Any]:
-    if attributes is not None and not isinstance(attributes, dict):
-        raise TypeError(f"attributes must be a dict, got {type(attributes).__name__}")
-    return {
-        "task_id": task_id,
-        "env_name": env_name,
-        "agent_name": agent_name,
-        "policy_version": policy_version,
-        "attributes": attributes,
-    }
-
-
-def _action_of(args: tuple, kwargs: dict[str, Any]) -> Any:
-    """The action of a ``step(*args, **kwargs)`` call, whatever the parameter is called."""
-    if args:
-        return args[0]
-    if "action" in kwargs:
-        return kwargs["action"]
-    if len(kwargs) == 1:
-        return next(iter(kwargs.values()))
-    return _UNSET
 
 
 # --- gymnasium -------------------------------------------------------------------------------
@@ -524,9 +198,7 @@ def instrument_gymnasium(**options: Any) -> None:
         if _patches:
             logger.info("agenttrace: gymnasium is already instrumented")
             return
-        from agenttrace.instrument import vector  # (it builds on this module)
-
-        for name, traced in (("make", _traced_make), ("make_vec", vector.traced_make_vec)):
+        for name, traced in (("make", _traced_make), ("make_vec", traced_make_vec)):
             wrapper = functools.partial(traced, options=dict(options))
             # One proxy per function: gymnasium.make is gymnasium.envs.registration.make,
             # and stays the same object as that name, which pickling by reference needs.
@@ -538,18 +210,16 @@ def instrument_gymnasium(**options: Any) -> None:
                 _patches.append((module, name, original, proxy))
         for vector_class in (gymnasium.vector.SyncVectorEnv, gymnasium.vector.AsyncVectorEnv):
             _index_sub_envs(vector_class)
-    vector.index_library_vector_envs_on_import()  # (takes the lock itself)
+    index_library_vector_envs_on_import()  # (takes the lock itself)
 
 
 def _index_sub_envs(vector_class: type) -> None:
     """Patch ``vector_class(env_fns, ...)`` so each env_fn's env knows its position (called
     with ``_patch_lock`` held, while instrumented)."""
-    from agenttrace.instrument import vector
-
     original = vars(vector_class)["__init__"]
     if isinstance(original, wrapt.FunctionWrapper):
         return
-    proxy = PatchProxy(original, vector.indexed_vector_init)
+    proxy = PatchProxy(original, indexed_vector_init)
     vector_class.__init__ = proxy
     _patches.append((vector_class, "__init__", original, proxy))
 
@@ -594,6 +264,116 @@ def _traced_make(
     except Exception:
         _internal_error("wrapping an env made by gymnasium.make")
         return env
+
+
+# --- vector envs: make_vec and the sub-environments of vector envs built by hand ----------
+
+
+class _IndexedEnvFn:
+    """A vector env's ``env_fn`` that says which sub-environment it makes, and whether the
+    vector env was made inside a traced ``make_vec`` (whose batched results record its
+    sub-environments: they must not be recorded again where they run).
+
+    ``AsyncVectorEnv`` sends env_fns to its worker processes with cloudpickle, so this
+    travels with the env_fn: a worker forked from this process inherits both settings
+    anyway, and one started by spawn or forkserver (a fresh interpreter, instrumented by
+    itself or not at all) gets them from here. Picklable when the function it holds is.
+    """
+
+    def __init__(self, env_fn: Callable[[], Any], index: int, in_make: bool = False) -> None:
+        self.env_fn = env_fn
+        self.index = index
+        self.in_make = in_make
+
+    def __call__(self) -> Any:
+        token = _sub_env_index.set(self.index)
+        in_make = _in_make.set(True) if self.in_make else None
+        try:
+            return self.env_fn()
+        finally:
+            if in_make is not None:
+                _in_make.reset(in_make)
+            _sub_env_index.reset(token)
+
+
+def indexed_vector_init(
+    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict
+) -> Any:
+    """``SyncVectorEnv``/``AsyncVectorEnv(env_fns, ...)`` with each env_fn indexed, so the
+    sub-environments ``gymnasium.make`` traces carry ``rl.env.index``; inside a traced
+    ``make_vec`` they are not traced at all, wherever they run."""
+    try:
+        env_fns = args[0] if args else kwargs["env_fns"]
+        in_make = _in_make.get()
+        indexed = [_IndexedEnvFn(fn, i, in_make) for i, fn in enumerate(env_fns)]
+        if args:
+            args = (indexed, *args[1:])
+        else:
+            kwargs = {**kwargs, "env_fns": indexed}
+    except Exception:
+        pass  # (not the signature we know: construct as given)
+    return wrapped(*args, **kwargs)
+
+
+#: Vector env classes of RL libraries that take ``env_fns`` first, as gymnasium's do:
+#: (module, class). Their sub-envs made by ``gymnasium.make`` get ``rl.env.index`` too.
+LIBRARY_VECTOR_ENVS = (
+    ("stable_baselines3.common.vec_env.dummy_vec_env", "DummyVecEnv"),
+    ("stable_baselines3.common.vec_env.subproc_vec_env", "SubprocVecEnv"),
+)
+_library_hooks_registered = False
+
+
+def index_library_vector_envs_on_import() -> None:
+    """Index the sub-envs of :data:`LIBRARY_VECTOR_ENVS` once each library is imported (now
+    if it is), while gymnasium is instrumented. The hooks are registered once per process."""
+    global _library_hooks_registered
+    if _library_hooks_registered:  # (they look at whether gymnasium is instrumented)
+        for module_name, class_name in LIBRARY_VECTOR_ENVS:
+            module = sys.modules.get(module_name)
+            if module is not None:
+                _index_library_class(module, class_name)
+        return
+    _library_hooks_registered = True
+    for module_name, class_name in LIBRARY_VECTOR_ENVS:
+        hook = functools.partial(_index_library_class, class_name=class_name)
+        wrapt.register_post_import_hook(hook, module_name)
+
+
+def _index_library_class(module: Any, class_name: str) -> None:
+    vector_class = getattr(module, class_name, None)
+    if isinstance(vector_class, type):
+        try:
+            index_sub_envs_if_instrumented(vector_class)
+        except Exception:
+            _internal_error(f"indexing the sub-envs of {module.__name__}.{class_name}")
+
+
+def traced_make_vec(
+    wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict, *, options: dict
+) -> Any:
+    if _in_make.get():
+        return wrapped(*args, **kwargs)
+    token = _in_make.set(True)  # its sub-environments are recorded from the batched results
+    try:
+        envs = wrapped(*args, **kwargs)
+    finally:
+        _in_make.reset(token)
+    if not isinstance(envs, gymnasium.vector.VectorEnv) or _is_traced_vector(envs):
+        return envs
+    try:
+        return TracedVectorEnv(envs, **options)
+    except Exception:
+        _internal_error("wrapping a vector env made by gymnasium.make_vec")
+        return envs
+
+
+def _is_traced_vector(envs: Any) -> bool:
+    while envs is not None:
+        if isinstance(envs, TracedVectorEnv):
+            return True
+        envs = getattr(envs, "env", None)
+    return False
 
 
 # --- dm_env ----------------------------------------------------------------------------------
@@ -709,6 +489,17 @@ class TracedDmEnv(_Forwarding, _DmEnvironment):  # type: ignore[misc, valid-type
 
 
 # --- ARES-style async environments -----------------------------------------------------------
+
+
+def _action_of(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The action of a ``step(*args, **kwargs)`` call, whatever the parameter is called."""
+    if args:
+        return args[0]
+    if "action" in kwargs:
+        return kwargs["action"]
+    if len(kwargs) == 1:
+        return next(iter(kwargs.values()))
+    return _UNSET
 
 
 class TrajectoryCollectingEnvironment(_Forwarding):
