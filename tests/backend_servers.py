@@ -18,7 +18,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agenttrace.storage.otlp_json import encode_lines
+from agenttrace.storage import encode_lines
 from agenttrace.trajectory.records import SpanRecord
 
 Route = Callable[[str, dict[str, list[str]]], tuple[int, Any]]

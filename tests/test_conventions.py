@@ -25,8 +25,7 @@ import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.config import ConfigError
 from agenttrace.sinks import load_trajectories
-from agenttrace.storage import read_otlp_json
-from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
+from agenttrace.storage import OtlpJsonLinesWriter, read_otlp_json
 from agenttrace.trajectory.conventions import (
     PRESETS,
     Conventions,

@@ -29,8 +29,7 @@ from test_openai_genai import WEATHER_TOOL, ChatServer, client_for, reply_messag
 import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.sinks import load_trajectories
-from agenttrace.storage import read_otlp_json
-from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
+from agenttrace.storage import OtlpJsonLinesWriter, read_otlp_json
 from agenttrace.trajectory.conventions import (
     ORIGINAL_NAME,
     conventions_from_value,

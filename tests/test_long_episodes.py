@@ -11,7 +11,7 @@ from conftest import exported, read_run
 import agenttrace as at
 from agenttrace import semconv as sc
 from agenttrace.sinks import load_trajectories
-from agenttrace.storage.otlp_json import read_otlp_json
+from agenttrace.storage import read_otlp_json
 from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.records import SpanRecord
 from agenttrace.trajectory.spill import SpilledSteps

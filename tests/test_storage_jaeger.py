@@ -11,10 +11,9 @@ from backend_servers import BackendServer, jaeger_v1_route, jaeger_v3_route
 from conftest import SERVICE, TOKEN, read_run
 
 import agenttrace as at
-from agenttrace.storage import read_otlp_json
+from agenttrace.storage import SpanFormatError, decode_document, read_otlp_json
 from agenttrace.storage.http import BackendError
 from agenttrace.storage.jaeger import JaegerReader, decode_v1
-from agenttrace.storage.otlp_json import SpanFormatError, decode_document
 from agenttrace.trajectory.records import LOSSY_TIMES
 
 UPSTREAM = Path(__file__).parent / "fixtures" / "upstream" / "jaeger"

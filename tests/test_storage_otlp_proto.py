@@ -38,7 +38,7 @@ from opentelemetry.trace.status import Status, StatusCode
 
 import agenttrace as at
 from agenttrace.sinks import load_trajectories
-from agenttrace.storage.otlp_json import (
+from agenttrace.storage import (
     OtlpJsonLinesWriter,
     SpanFormatError,
     SpanFormatWarning,

@@ -24,8 +24,8 @@ from phoenix_server import PhoenixError, PhoenixServer, phoenix_time_ns, send_ru
 import agenttrace as at
 from agenttrace.cli.main import main
 from agenttrace.sinks import load_trajectories
+from agenttrace.storage import SpanFormatError, SpanFormatWarning, read_otlp_json
 from agenttrace.storage.http import BackendError
-from agenttrace.storage.otlp_json import SpanFormatError, SpanFormatWarning, read_otlp_json
 from agenttrace.storage.phoenix import PhoenixReader, decode_span
 from agenttrace.trajectory.records import (
     LOSSY_CONTEXT,

@@ -12,8 +12,7 @@ from conftest_sinks_helpers import ErrorLog, make_batch, make_trajectory
 import agenttrace as at
 from agenttrace.sinks import JsonlSink, load_trajectories
 from agenttrace.sinks.jsonl import complete_size
-from agenttrace.storage import read_otlp_json
-from agenttrace.storage.otlp_json import OtlpJsonLinesWriter, encode_lines
+from agenttrace.storage import OtlpJsonLinesWriter, encode_lines, read_otlp_json
 from agenttrace.trajectory.records import SpanRecord
 
 

@@ -51,7 +51,7 @@ from agenttrace.processing.writer import (
 from agenttrace.processing.writer_process import RemoteWriter
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.callback import as_sink
-from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
+from agenttrace.storage.otlp_json_writer import OtlpJsonLinesWriter
 from agenttrace.trajectory.conventions import Conventions, derived_episode_id
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import (

@@ -25,7 +25,7 @@ from agenttrace.semconv import SCORE
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.jsonl import JsonlSink
 from agenttrace.sinks.scores import ScoreLog
-from agenttrace.storage.otlp_json import OtlpJsonLinesWriter
+from agenttrace.storage.otlp_json_writer import OtlpJsonLinesWriter
 from agenttrace.trajectory.assembler import EpisodeAssembly
 from agenttrace.trajectory.records import SpanRecord
 from agenttrace.trajectory.scores import score_from_record

@@ -68,7 +68,7 @@ from agenttrace.processing.writer import (
     merge_reports,
 )
 from agenttrace.sinks.jsonl import JsonlSink
-from agenttrace.storage.otlp_json import iter_records
+from agenttrace.storage.otlp_json_lines import iter_records
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import (
     SpanEvent,

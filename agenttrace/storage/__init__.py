@@ -7,22 +7,23 @@ Every reader gives the same neutral span records, which the one assembler
 
 from agenttrace.storage.blobs import BlobNotFoundError, BlobStore, open_blob_store
 from agenttrace.storage.content import restore_content
-from agenttrace.storage.errors import ReadPosition, SpanDecodeError
-from agenttrace.storage.http import BackendError
-from agenttrace.storage.jaeger import JaegerReader, decode_v1
-from agenttrace.storage.otlp_json import (
-    OtlpJsonLinesWriter,
+from agenttrace.storage.errors import (
+    ReadPosition,
+    SpanDecodeError,
     SpanFormatError,
     SpanFormatWarning,
-    decode_document,
-    decode_line,
-    encode_lines,
-    iter_records,
-    read_otlp_json,
 )
-from agenttrace.storage.otlp_proto import decode_proto, is_length_prefixed, read_otlp_proto
+from agenttrace.storage.http import BackendError
+from agenttrace.storage.jaeger import JaegerReader, decode_v1
+from agenttrace.storage.otlp_json_decode import decode_document, decode_line
+from agenttrace.storage.otlp_json_encode import encode_lines
+from agenttrace.storage.otlp_json_files import read_otlp_json
+from agenttrace.storage.otlp_json_lines import iter_records
+from agenttrace.storage.otlp_json_writer import OtlpJsonLinesWriter
+from agenttrace.storage.otlp_proto import decode_proto, read_otlp_proto
 from agenttrace.storage.phoenix import PhoenixReader
 from agenttrace.storage.sources import SourceError, SourceOptions, SpanSource, open_source
+from agenttrace.storage.span_paths import is_length_prefixed
 from agenttrace.storage.tempo import TempoReader
 
 __all__ = [

@@ -69,6 +69,15 @@ def error_kind(error: BaseException) -> type[SpanFormatError]:
     return SpanFormatError
 
 
+def reason_of(error: BaseException) -> str:
+    """What a problem met while decoding is reported as (without where it is)."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply to read (over Python's recursion limit)"
+    if isinstance(error, SpanFormatError):
+        return error.reason
+    return "%s: %s" % (type(error).__name__, error)
+
+
 class SpanFormatWarning(UserWarning):
     """Category of the warnings the readers give by default for unreadable lines or spans."""
 

@@ -6,7 +6,7 @@ What the Collector writes (opentelemetry-collector-contrib, ``exporter/fileexpor
   big-endian unsigned length (``binary.BigEndian.PutUint32(data, uint32(len(buf)))``) followed
   by that many bytes. ``buildExportFunc`` uses these frames for ``format: proto``, and also for
   ``format: json`` when ``compression`` is set; plain ``format: json`` writes one JSON document
-  per line instead (:mod:`agenttrace.storage.otlp_json` reads those).
+  per line instead (:mod:`agenttrace.storage.otlp_json_files` reads those).
 * ``marshaller.go`` / ``codec.go``: the frame's bytes are ``ptrace.ProtoMarshaler`` output (the
   wire form of ``ExportTraceServiceRequest``, which is the same as ``TracesData``) or
   ``ptrace.JSONMarshaler`` output, then, with ``compression: zstd``, one zstd frame of it
@@ -18,8 +18,9 @@ What the Collector writes (opentelemetry-collector-contrib, ``exporter/fileexpor
 
 This module reads all of these: a file that starts with the zstd magic is decompressed as a
 stream first; each frame's payload is then sniffed: zstd (``28 B5 2F FD``) is decompressed, text
-starting with ``{`` goes to :func:`agenttrace.storage.otlp_json.decode_document`, anything else
-is parsed as a protobuf ``ExportTraceServiceRequest``. Spans become the same
+starting with ``{`` goes to the OTLP/JSON decoder (:mod:`agenttrace.storage.otlp_json_decode`),
+anything else is parsed as a protobuf ``ExportTraceServiceRequest`` (:func:`_request_records`,
+the one protobuf decoder). Spans become the same
 :class:`~agenttrace.trajectory.records.SpanRecord` values the OTLP/JSON reader gives for the
 same spans. Reading is frame by frame, so memory is bounded by the largest frame.
 
@@ -29,32 +30,39 @@ zstd needs the optional ``zstandard`` package (the ``zstd`` extra).
 from __future__ import annotations
 
 import io
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import lru_cache
+from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from agenttrace._version import install_hint
-from agenttrace.storage.errors import error_kind
-from agenttrace.storage.otlp_json import (
-    _KIND_NAME,
-    _STATUS_NAME,
+from agenttrace.storage.errors import (
     ErrorHandler,
     ReadPosition,
-    Source,
     SpanDecodeError,
     SpanFormatError,
-    _quote,
-    _reason,
-    _safe_lines,
-    decode_document,
-    iter_records,
-    resolve_span_paths,
+    error_kind,
+    reason_of,
     warn,
 )
+from agenttrace.storage.otlp_enums import (
+    FLAG_PARENT_IS_REMOTE,
+    KIND_NAME,
+    STATUS_NAME,
+    is_sampled,
+)
+from agenttrace.storage.otlp_json_decode import decode_text
+from agenttrace.storage.otlp_json_lines import iter_records, safe_lines
 from agenttrace.storage.span_checks import check_values
-from agenttrace.storage.span_paths import rotation_order
+from agenttrace.storage.span_paths import (
+    MAX_FRAME_BYTES,
+    ZSTD_MAGIC,
+    Source,
+    is_length_prefixed,
+    resolve_span_paths,
+    rotation_order,
+)
 from agenttrace.trajectory.records import SpanEvent, SpanLink, SpanRecord
 
 __all__ = [
@@ -65,50 +73,13 @@ __all__ = [
     "read_otlp_proto",
 ]
 
-#: The first bytes of every zstd frame.
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-#: Frames (and decompressed payloads) larger than this are taken for corruption, not data.
-MAX_FRAME_BYTES = 1 << 30
-_GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20  # bytes read (or decompressed) at a time
 _ZSTD_HINT = install_hint("zstd")
 #: File suffixes a directory is always read for; other files only if their first bytes sniff
 #: as length-prefixed (the Collector's ``path`` can be anything, ``./traces`` or ``x.json``).
 _SUFFIXES = frozenset({".pb", ".proto", ".binpb", ".bin", ".otlp", ".zst", ".zstd"})
-# The Collector's rotation renames full files with a timestamp and keeps writing to ``path``;
-# agenttrace's counts up (spans.pb, spans-00001.pb): storage.span_paths.rotation_order.
-_rotation_order = rotation_order
-
-
-# --------------------------------------------------------------------------------------------
-# Sniffing
-# --------------------------------------------------------------------------------------------
-
-
-def is_length_prefixed(head: bytes, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> bool:
-    """Whether a file whose first bytes are ``head`` is for :func:`read_otlp_proto`.
-
-    True for a zstd stream (the Collector's native compression) and for a plausible 4-byte
-    big-endian length (not zero, at most ``max_frame_bytes``) whose payload starts like an
-    export request: protobuf field 1 (``0x0A``), a zstd frame, or ``{``. OTLP/JSON lines,
-    gzip and empty files give False. Pass at least 8 bytes (16 is plenty); never raises.
-    """
-    head = bytes(head[:64])
-    if head[:4] == ZSTD_MAGIC:
-        return True
-    if head[:2] == _GZIP_MAGIC:
-        return False
-    position = 0
-    while position + 4 < len(head):  # a length and at least one byte of its payload
-        length = int.from_bytes(head[position : position + 4], "big")
-        if length == 0:  # an empty export request: look at the next frame
-            position += 4
-            continue
-        if length > max_frame_bytes:
-            return False
-        first = head[position + 4 : position + 8]
-        return first[:1] in (b"\x0a", b"{") or ZSTD_MAGIC.startswith(first)
-    return False
+# (In rotation order: the Collector renames full files with a timestamp and keeps writing to
+# ``path``; agenttrace counts up, spans.pb, spans-00001.pb: span_paths.rotation_order.)
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,7 +144,7 @@ def _decompress(data: bytes | memoryview, limit: int) -> bytes:
 
 
 def _payload_records(
-    payload: bytes | memoryview, report: Callable[[SpanFormatError], None], limit: int
+    payload: bytes | memoryview, report: ErrorHandler, limit: int
 ) -> list[SpanRecord]:
     """Records of one frame's payload; a bad span goes to ``report``, a bad payload raises
     :class:`_FrameError`."""
@@ -184,12 +155,12 @@ def _payload_records(
     # ResourceSpans of 123 bytes would follow it with "{").
     if data[:1] == b"{" or (data[:1] in (b" ", b"\t", b"\r") and data.lstrip()[:1] == b"{"):
         try:
-            document = json.loads(data)
+            records = decode_text(data, report)
         except ValueError as error:
             raise _FrameError("invalid JSON payload: %s" % error) from None
         except RecursionError:
             raise _FrameTooDeep("invalid JSON payload: nested too deeply") from None
-        return decode_document(document, report)
+        return check_values(records, report)
     request = _request_type()()
     try:
         request.ParseFromString(data)
@@ -201,7 +172,7 @@ def _payload_records(
     errors: list[SpanFormatError] = []
     records = _request_records(request, errors.append)
     if errors and not records and _other_signal(data):
-        return []  # logs or metrics sharing the exporter: not ours to read, as in otlp_json
+        return []  # logs or metrics sharing the exporter: not ours to read, as in OTLP/JSON
     for error in errors:
         report(error)
     return check_values(records, report)
@@ -239,7 +210,7 @@ def _other_signal(data: bytes) -> str | None:
 
 
 def _value(value: Any) -> Any:
-    """AnyValue -> the Python value otlp_json's decoder gives for its JSON form."""
+    """AnyValue -> the Python value the OTLP/JSON decoder gives for its JSON form."""
     which = value.WhichOneof("value")
     if which == "string_value":
         return value.string_value
@@ -289,11 +260,11 @@ def _span(span: Any, resource: dict[str, Any], scope_name: str, scope_version: s
         raise SpanFormatError("all-zero traceId or spanId")
     parent = span.parent_span_id
     parent_id = _id(parent, 8, "parentSpanId") if parent else 0
-    kind = _KIND_NAME.get(span.kind)
+    kind = KIND_NAME.get(span.kind)
     if kind is None:
         raise SpanFormatError("unknown kind %r" % (span.kind,))
     status = span.status
-    status_code = _STATUS_NAME.get(status.code)
+    status_code = STATUS_NAME.get(status.code)
     if status_code is None:
         raise SpanFormatError("unknown status code %r" % (status.code,))
     events = tuple(
@@ -325,12 +296,12 @@ def _span(span: Any, resource: dict[str, Any], scope_name: str, scope_version: s
         scope_name,
         scope_version,
         links,
-        bool(flags & 0x200),  # SPAN_FLAGS_CONTEXT_IS_REMOTE
-        not (flags & 0xFF) or bool(flags & 0x01),  # as otlp_json: a zero trace-flag byte is sampled
+        bool(flags & FLAG_PARENT_IS_REMOTE),
+        is_sampled(flags),
     )
 
 
-def _request_records(request: Any, report: Callable[[SpanFormatError], None]) -> list[SpanRecord]:
+def _request_records(request: Any, report: ErrorHandler) -> list[SpanRecord]:
     records: list[SpanRecord] = []
     index = 0  # span index within the request, counted across resources and scopes
     for block in request.resource_spans:
@@ -340,7 +311,7 @@ def _request_records(request: Any, report: Callable[[SpanFormatError], None]) ->
             skipped = sum(len(scope.spans) for scope in block.scope_spans)
             report(
                 error_kind(error)(
-                    "resource: %s; its %d span(s) skipped" % (_reason(error), skipped)
+                    "resource: %s; its %d span(s) skipped" % (reason_of(error), skipped)
                 )
             )
             index += skipped
@@ -351,7 +322,7 @@ def _request_records(request: Any, report: Callable[[SpanFormatError], None]) ->
                 try:
                     records.append(_span(span, resource, scope.name, scope.version))
                 except Exception as error:  # one bad span spoils only itself
-                    reason = _reason(error)
+                    reason = reason_of(error)
                     if span.name:
                         reason = "%s (span %s)" % (reason, _quote(span.name))
                     report(error_kind(error)(reason, span=index))
@@ -366,7 +337,7 @@ def decode_proto(
     ``TracesData``), a zstd frame of one, or an OTLP/JSON document.
 
     A bad span, or a payload that cannot be read at all, goes to ``on_error`` (default: a
-    :class:`~agenttrace.storage.otlp_json.SpanFormatWarning`) and the rest is returned. Logs or
+    :class:`~agenttrace.storage.errors.SpanFormatWarning`) and the rest is returned. Logs or
     metrics requests give ``[]``. zstd without the zstandard package raises ImportError.
     """
     report = on_error or warn
@@ -400,7 +371,7 @@ def _read_up_to(stream: BinaryIO, size: int) -> bytes:
 def _frames(
     stream: BinaryIO,
     name: str,
-    report: Callable[[SpanFormatError], None],
+    report: ErrorHandler,
     limit: int,
     position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
@@ -464,7 +435,7 @@ def _truncated(
 
 def _read_file(
     path: Path,
-    report: Callable[[SpanFormatError], None],
+    report: ErrorHandler,
     limit: int,
     position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:
@@ -487,7 +458,7 @@ def _read_file(
             head = stream.peek(1)[:1]
             if head in (b"{", b" ", b"\t", b"\r", b"\n"):
                 yield from iter_records(
-                    _safe_lines(stream, name, report, (Exception,)),  # zstandard.ZstdError
+                    safe_lines(stream, name, report, (Exception,)),  # zstandard.ZstdError
                     source=name,
                     on_error=report,
                     position=position,
@@ -531,14 +502,14 @@ def _directory_files(folder: Path) -> list[Path]:
             continue
         if path.suffix.lower() in _SUFFIXES or _sniff(path):
             found.append(path)
-    return sorted(found, key=_rotation_order)
+    return sorted(found, key=rotation_order)
 
 
 def _resolve(source: Source) -> list[Path]:
     return resolve_span_paths(
         source,
         folder_files=_directory_files,
-        order=_rotation_order,
+        order=rotation_order,
         kind="length-prefixed span files (%s, or any file that starts like one)"
         % ", ".join("*" + s for s in sorted(_SUFFIXES)),
     )
@@ -560,7 +531,7 @@ def read_otlp_proto(
     cannot be read (skipped: its length says where the next one starts), a length over
     ``max_frame_bytes`` (the rest of that file is skipped) and a file cut off mid-frame (the
     frames before are kept) each go to ``on_error`` as one
-    :class:`~agenttrace.storage.otlp_json.SpanFormatError` naming the file; span errors carry
+    :class:`~agenttrace.storage.errors.SpanFormatError` naming the file; span errors carry
     the frame number as ``line``. Raises FileNotFoundError at once if nothing matches, and
     ImportError at the first zstd data if the zstandard package is missing, unless
     ``on_error`` is given: then that frame (or that whole zstd file) is skipped and reported
@@ -573,7 +544,7 @@ def read_otlp_proto(
 
 def _read_paths(
     paths: list[Path],
-    report: Callable[[SpanFormatError], None],
+    report: ErrorHandler,
     limit: int,
     position: ReadPosition | None = None,
 ) -> Iterator[SpanRecord]:

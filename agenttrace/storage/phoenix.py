@@ -39,8 +39,8 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from agenttrace import semconv as sc
+from agenttrace.storage.errors import ErrorHandler, SpanFormatError, warn
 from agenttrace.storage.http import BackendError, JsonClient
-from agenttrace.storage.otlp_json import ErrorHandler, SpanFormatError, warn
 from agenttrace.trajectory.records import (
     LOSSY_CONTEXT,
     LOSSY_TIMES,

@@ -25,12 +25,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agenttrace.storage.errors import ReadPosition
-from agenttrace.storage.otlp_json import ErrorHandler, read_otlp_json, warn
+from agenttrace.storage.errors import ErrorHandler, ReadPosition, warn
+from agenttrace.storage.otlp_json_files import read_otlp_json
+from agenttrace.storage.otlp_proto import read_otlp_proto
 from agenttrace.storage.span_checks import check_values
 from agenttrace.storage.span_paths import (
     NOT_SPANS,
     all_files,
+    is_length_prefixed,
     not_spans_message,
     resolve_span_paths,
     sniff,
@@ -109,8 +111,6 @@ def span_files(text: str) -> list[Path]:
 
 
 def _files(text: str, options: SourceOptions) -> SpanSource:
-    from agenttrace.storage import otlp_proto
-
     paths = span_files(text)
     report = options.on_error
     position = options.position
@@ -119,8 +119,8 @@ def _files(text: str, options: SourceOptions) -> SpanSource:
         for path in paths:
             with open(path, "rb") as stream:
                 head = stream.read(16)
-            if otlp_proto.is_length_prefixed(head):
-                yield from otlp_proto.read_otlp_proto(path, on_error=report, position=position)
+            if is_length_prefixed(head):
+                yield from read_otlp_proto(path, on_error=report, position=position)
             else:
                 yield from read_otlp_json(path, on_error=report, position=position)
 

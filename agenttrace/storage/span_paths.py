@@ -1,6 +1,6 @@
 """Which files a span source names, and what a file is.
 
-Every reader of span files (:func:`~agenttrace.storage.otlp_json.read_otlp_json`,
+Every reader of span files (:func:`~agenttrace.storage.otlp_json_files.read_otlp_json`,
 :func:`~agenttrace.storage.otlp_proto.read_otlp_proto` and the ``--from`` sources of
 ``agenttrace export``) resolves its source with :func:`resolve_span_paths`, which reads each
 file for what it holds, from its first bytes (:func:`sniff`):
@@ -16,6 +16,7 @@ file for what it holds, from its first bytes (:func:`sniff`):
   (:func:`not_spans_message`).
 
 ``agenttrace inspect`` uses :func:`sniff` too, to say what a file that holds no trajectory is.
+:func:`is_length_prefixed` tells the Collector's length-prefixed files from text lines.
 """
 
 from __future__ import annotations
@@ -71,12 +72,44 @@ _OTLP_KEYS = frozenset(
 _FIRST_KEY = re.compile(r'\A\s*\[?\s*\{\s*"([^"\\]{1,60})"\s*:')
 _ANY_KEY = re.compile(r'"([^"\\]{1,60})"\s*:')
 _GZIP_MAGIC = b"\x1f\x8b"
+#: The first bytes of every zstd frame.
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: Frames (and decompressed payloads) larger than this are taken for corruption, not data.
+MAX_FRAME_BYTES = 1 << 30
 # The Collector's rotation (lumberjack, timberjack) renames full files with a timestamp
 # (``spans-2024-05-01T10-00-00.000.pb``, timberjack may add a reason or put it last) and keeps
 # writing to ``path``: backups are older than the file without a timestamp.
 _BACKUP_TIME = re.compile(r"-(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?)(?:-[a-z]+)?")
 # agenttrace's own rotation counts up instead: spans.jsonl, spans-00001.jsonl, ... (oldest first).
 _COUNTER = re.compile(r"(.+?)-(\d+)((?:\.[A-Za-z0-9]+)*)")
+
+
+def is_length_prefixed(head: bytes, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> bool:
+    """Whether a file whose first bytes are ``head`` is for
+    :func:`~agenttrace.storage.otlp_proto.read_otlp_proto` (the Collector's length-prefixed
+    frames: a 4-byte big-endian length, then that many bytes).
+
+    True for a zstd stream (the Collector's native compression) and for a plausible 4-byte
+    big-endian length (not zero, at most ``max_frame_bytes``) whose payload starts like an
+    export request: protobuf field 1 (``0x0A``), a zstd frame, or ``{``. OTLP/JSON lines,
+    gzip and empty files give False. Pass at least 8 bytes (16 is plenty); never raises.
+    """
+    head = bytes(head[:64])
+    if head[:4] == ZSTD_MAGIC:
+        return True
+    if head[:2] == _GZIP_MAGIC:
+        return False
+    position = 0
+    while position + 4 < len(head):  # a length and at least one byte of its payload
+        length = int.from_bytes(head[position : position + 4], "big")
+        if length == 0:  # an empty export request: look at the next frame
+            position += 4
+            continue
+        if length > max_frame_bytes:
+            return False
+        first = head[position + 4 : position + 8]
+        return first[:1] in (b"\x0a", b"{") or ZSTD_MAGIC.startswith(first)
+    return False
 
 
 @dataclass(frozen=True)
@@ -97,8 +130,6 @@ class FileKind:
 def sniff(path: PathLike) -> FileKind:
     """What the file at ``path`` holds, from its first :data:`SNIFF_BYTES` (decompressed when
     it is gzip). Never raises: a file that cannot be read is :data:`UNREADABLE`."""
-    from agenttrace.storage.otlp_proto import is_length_prefixed
-
     try:
         with open(path, "rb") as handle:
             head = handle.read(SNIFF_BYTES)

@@ -15,8 +15,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agenttrace import semconv as sc
+from agenttrace.storage.errors import ErrorHandler, SpanFormatError, warn
 from agenttrace.storage.http import JsonClient
-from agenttrace.storage.otlp_json import ErrorHandler, SpanFormatError, decode_document, warn
+from agenttrace.storage.otlp_json_decode import decode_document
 from agenttrace.trajectory.records import SpanRecord
 
 

@@ -1,18 +1,16 @@
-"""The OTLP/JSON reader's fast path and JSON backends give exactly what the checked path gives.
+"""The one OTLP/JSON decoder reads a line's text exactly as it reads the parsed document.
 
-The reader decodes lines with msgspec into structs when it is installed, else parses them with
-orjson or json and decodes the common shape of a span without its checks' bookkeeping
-(agenttrace/storage/otlp_json.py, "fast path"); anything else goes through the checked path.
-These tests run the same input every way and compare records (by repr, so 1, 1.0 and True
-differ) and reported errors (by text):
+Text is read by msgspec straight into structs, the parsed document (what ``json.loads`` gives,
+and what tracing backends answer) is built into the same structs; anything the typed reading
+cannot take, or any problem it meets, sends the text to ``json.loads`` and the document's way
+(agenttrace/storage/otlp_json_decode.py). These tests read the same input every way: as a str
+line and as a bytes line (iter_records), strictly (decode_line), and as the document
+``json.loads`` makes of it (decode_document), and compare the records (by repr, so 1, 1.0 and
+True differ) and the problems reported (by text). ``json.loads`` is the independent truth for
+what is JSON at all.
 
-* checked: json and the checked path only, which is what the reader always did;
-* fast+json: the fast path with msgspec and orjson hidden;
-* fast+orjson: the fast path over orjson (when orjson is installed);
-* fast+msgspec: the typed path, then json (when msgspec is installed);
-* installed: whatever is installed, as users get it.
-
-Content validation (``codec.is_json``) is compared with ``json.loads`` the same way.
+Content validation (``codec.is_json``) is compared with ``json.loads`` too, with each JSON
+reader the codec can use.
 """
 
 from __future__ import annotations
@@ -24,17 +22,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agenttrace.storage import otlp_json
-from agenttrace.storage.otlp_json import (
+from agenttrace.storage import (
     SpanFormatError,
     decode_document,
     decode_line,
     encode_lines,
     iter_records,
+    otlp_json_decode,
     read_otlp_json,
 )
 from agenttrace.trajectory import codec
@@ -43,49 +42,25 @@ try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is in the test extra
     orjson = None
-try:
-    import msgspec
-except ImportError:  # pragma: no cover - msgspec is in the test extra
-    msgspec = None
 
-MODES = [
-    "checked",
-    "fast+json",
-    *(["fast+orjson"] if orjson is not None else []),
-    *(["fast+msgspec"] if msgspec is not None else []),
-    "installed",
-]
+#: The JSON readers the codec's content check can use.
+CODEC_MODES = ["json", *(["orjson"] if orjson is not None else []), "msgspec"]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "upstream"
 
 
 @contextlib.contextmanager
-def mode(name: str) -> Iterator[None]:
-    """Run the reader as ``name`` says (module globals restored afterwards)."""
-    saved = (
-        otlp_json._orjson,
-        otlp_json._fast_document,
-        otlp_json._decode_request,
-        codec._fast_loads,
-    )
+def codec_mode(name: str) -> Iterator[None]:
+    """The codec's content check on the JSON reader ``name`` (restored afterwards)."""
+    saved = codec._fast_loads
     try:
-        if name != "installed":
-            otlp_json._orjson = otlp_json._decode_request = codec._fast_loads = None
-        if name == "checked":
-            otlp_json._fast_document = lambda document: None
-        elif name == "fast+orjson":
-            otlp_json._orjson = orjson
-            codec._fast_loads = orjson.loads
-        elif name == "fast+msgspec":
-            otlp_json._decode_request = saved[2]
-            codec._fast_loads = msgspec.json.decode
+        codec._fast_loads = {
+            "json": None,
+            "orjson": orjson.loads if orjson is not None else None,
+            "msgspec": msgspec.json.decode,
+        }[name]
         yield
     finally:
-        (
-            otlp_json._orjson,
-            otlp_json._fast_document,
-            otlp_json._decode_request,
-            codec._fast_loads,
-        ) = saved
+        codec._fast_loads = saved
 
 
 def read_lines(lines: list[str | bytes]) -> tuple[str, list[str]]:
@@ -108,25 +83,44 @@ def document_records(document: Any) -> tuple[str, list[str]]:
     return repr(decode_document(document, errors.append)), [str(e) for e in errors]
 
 
+def line_error(line: str | bytes) -> str:
+    """What iter_records reports for a line json.loads refuses: json's own words."""
+    try:
+        json.loads(line)
+    except ValueError as error:
+        return "s.jsonl:1: invalid JSON, line skipped: %s" % error
+    raise AssertionError("json.loads reads %r" % line)
+
+
+def assert_read_as_its_document(line: str | bytes) -> None:
+    """A line (with its newline) reads as the document json.loads makes of it: the same records,
+    and the document's problems located at the line; a line json.loads refuses is one problem
+    in json's words."""
+    got = read_lines([line])
+    try:
+        document = json.loads(line)
+    except ValueError:
+        assert got == ("[]", [line_error(line)])
+        return
+    records, errors = document_records(document)
+    assert got == (records, ["s.jsonl:1: " + error for error in errors])
+
+
 def assert_same_everywhere(text: str) -> None:
-    """``text`` as a line (str and bytes), strictly, and as a parsed document: all modes agree."""
-    results = {}
-    for name in MODES:
-        with mode(name):
-            results[name] = (
-                read_lines([text + "\n"]),
-                read_lines([text.encode("utf-8", "surrogatepass") + b"\n"]),
-                strict(text),
-            )
-            try:
-                document = json.loads(text)
-            except ValueError:
-                pass
-            else:
-                results[name] += (document_records(document),)
-    reference = results.pop("checked")
-    for name, result in results.items():
-        assert result == reference, name
+    """``text`` as a str line, a bytes line and strictly reads as the document json.loads makes
+    of it: the same records and the same problems."""
+    if not text.strip():
+        assert read_lines([text + "\n"]) == ("[]", [])  # blank lines are skipped
+        return
+    assert_read_as_its_document(text + "\n")
+    assert_read_as_its_document(text.encode("utf-8", "surrogatepass") + b"\n")  # (BOMs: json)
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        assert strict(text) == "error: invalid JSON: %s" % error
+        return
+    records, errors = document_records(document)
+    assert strict(text) == ("error: " + errors[0] if errors else records)
 
 
 # ------------------------------------------------------------------------------------------
@@ -415,41 +409,48 @@ SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[Heal
 
 @SETTINGS
 @given(documents)
-def test_odd_documents_read_the_same_in_every_mode(document: Any) -> None:
+def test_odd_documents_read_the_same_every_way(document: Any) -> None:
     assert_same_everywhere(dumps(document))
 
 
 @SETTINGS
 @given(common_documents())
-def test_common_documents_read_the_same_in_every_mode(document: Any) -> None:
+def test_common_documents_read_the_same_every_way(document: Any) -> None:
     assert_same_everywhere(dumps(document))
+
+
+def typed_records(text: str | bytes) -> str | None:
+    """The records of ``text`` read by msgspec into the structs, if it reads them there (None
+    when the text goes to json.loads and the document's way)."""
+    request = otlp_json_decode._typed(text)
+    if request is None:
+        return None
+
+    def read_again(error: SpanFormatError) -> None:
+        raise AssertionError("read again: %s" % error)
+
+    return repr(otlp_json_decode._records(request.resourceSpans, read_again))
 
 
 @SETTINGS
 @given(common_documents())
-def test_common_documents_take_the_fast_path(document: Any) -> None:
-    fast = otlp_json._fast_document(json.loads(dumps(document)))
-    assert fast is not None
-    errors: list[SpanFormatError] = []
-    checked = otlp_json._decode_document(json.loads(dumps(document)), errors.append)
-    assert repr(fast) == repr(checked)
-    assert not errors
-    if msgspec is not None:  # msgspec refuses lone surrogates: those lines go to json
-        typed = otlp_json._typed_document(dumps(document))
-        assert (typed is None) == ("\ud800" in dumps(document))
-        assert typed is None or repr(typed) == repr(checked)
+def test_common_documents_are_read_by_msgspec(document: Any) -> None:
+    text = dumps(document)
+    typed = typed_records(text)
+    assert (typed is None) == ("\ud800" in text)  # msgspec refuses lone surrogates; json not
+    assert typed is None or typed == document_records(json.loads(text))[0]
 
 
 @SETTINGS
 @given(common_documents(), st.data())
-def test_one_odd_value_anywhere_reads_the_same(document: Any, data: st.DataObject) -> None:
+def test_one_odd_value_anywhere_reads_the_same_every_way(document: Any, data: st.DataObject):
     """A common document with one value swapped for something odd, or one field left out."""
     spans_ = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
     if spans_:
         span = data.draw(st.sampled_from(spans_))
         key = data.draw(st.sampled_from(sorted(span)))
         if data.draw(st.booleans()):
-            del span[key]  # absent: a default in the fast paths, an error in the checked one
+            del span[key]  # absent: a default, or an error
         elif key == "attributes" and span["attributes"]:
             item = data.draw(st.sampled_from(span["attributes"]))
             item["value"] = data.draw(any_values())
@@ -472,8 +473,8 @@ _FIELDS = {
 
 @pytest.mark.parametrize("first", sorted(_FIELDS))
 @pytest.mark.parametrize("second", [None, *sorted(_FIELDS)])
-def test_values_with_several_fields_read_the_same(first: str, second: str | None) -> None:
-    """The checked path reads an AnyValue's first field; structs do not know the order."""
+def test_values_with_several_fields_read_the_same_every_way(first: str, second: str | None) -> None:
+    """An AnyValue is read by its first field; structs do not know the order."""
     value = {first: _FIELDS[first]}
     if second is not None:
         value[second] = _FIELDS[second]
@@ -489,7 +490,7 @@ def test_values_with_several_fields_read_the_same(first: str, second: str | None
      "status", "flags", "events", "links", "traceId", "spanId"],
 )  # fmt: skip
 @pytest.mark.parametrize("value", ["absent", None, 0, "", [], {}])
-def test_absent_and_empty_fields_read_the_same(key: str, value: Any) -> None:
+def test_absent_and_empty_fields_read_the_same_every_way(key: str, value: Any) -> None:
     span = _number_in("intValue", "7")["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     span["flags"] = 0x301
     if value == "absent":
@@ -550,8 +551,8 @@ def _number_in(place: str, literal: str) -> dict:
      "event attribute", "array item", "kvlist item", "resource", "intValue", "doubleValue",
      "boolValue", "stringValue"],
 )  # fmt: skip
-def test_every_number_literal_anywhere_reads_the_same(place: str, literal: str) -> None:
-    """Integers beyond 64 bits (which orjson reads as floats), NaN, 1e400, -0 ... everywhere."""
+def test_every_number_literal_anywhere_reads_the_same_every_way(place: str, literal: str) -> None:
+    """Integers beyond 64 bits, NaN, 1e400 (which msgspec refuses), -0 ... everywhere."""
     assert_same_everywhere(dumps(_number_in(place, literal)))
 
 
@@ -571,7 +572,7 @@ def test_every_number_literal_anywhere_reads_the_same(place: str, literal: str) 
         '{"resourceSpans": null, "resourceSpans": []}',
     ],
 )
-def test_odd_lines_read_the_same_in_every_mode(line: str) -> None:
+def test_odd_lines_read_the_same_every_way(line: str) -> None:
     assert_same_everywhere(line)
 
 
@@ -594,14 +595,15 @@ _SPAN = (
         b'{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}],"x":"\\ud800"}' % _SPAN.encode(),
     ],
 )
-def test_byte_lines_read_the_same_in_every_mode(line: bytes) -> None:
-    results = {}
-    for name in MODES:
-        with mode(name):
-            results[name] = (read_lines([line + b"\n"]), strict_bytes(line))
-    reference = results.pop("checked")
-    for name, result in results.items():
-        assert result == reference, name
+def test_byte_lines_read_as_json_loads_reads_them(line: bytes) -> None:
+    assert_read_as_its_document(line + b"\n")
+    try:
+        document = json.loads(line)
+    except ValueError as error:
+        assert strict_bytes(line) == "error: invalid JSON: %s" % error
+        return
+    records, errors = document_records(document)
+    assert strict_bytes(line) == ("error: " + errors[0] if errors else records)
 
 
 def strict_bytes(line: bytes) -> str:
@@ -611,45 +613,33 @@ def strict_bytes(line: bytes) -> str:
         return "error: %s" % error
 
 
-def test_torn_last_line_reported_the_same_in_every_mode() -> None:
+def test_torn_last_line_is_reported_as_torn() -> None:
     good = encode_lines(list(read_otlp_json(FIXTURES / "otlp" / "trace.json")))
-    for name in MODES:
-        with mode(name):
-            result = read_lines([good + "\n", good[:-7]])
-            assert len(result[1]) == 1 and "torn last line" in result[1][0]
-            if name == "checked":
-                reference = result
-            else:
-                assert result == reference
+    records, errors = read_lines([good + "\n", good[:-7]])
+    assert len(errors) == 1 and "torn last line" in errors[0]
+    assert records == read_lines([good + "\n"])[0] != "[]"
 
 
-def test_real_files_read_the_same_in_every_mode(cartpole_run: tuple[list, list]) -> None:
-    """The CartPole run's spans and the upstream samples (every file in fixtures/upstream)."""
+def test_real_files_read_as_their_documents(cartpole_run: tuple[list, list]) -> None:
+    """The CartPole run's spans, and the upstream samples (every file in fixtures/upstream)."""
     _, records = cartpole_run
     lines = [encode_lines(records[i : i + 40]) for i in range(0, len(records), 40)]
+    assert read_lines(lines) == (repr(records), [])
     samples = [p for p in (FIXTURES / "otlp").rglob("*.json*") if p.is_file()]
-    outcomes = {}
-    for name in MODES:
-        with mode(name):
-            got = [read_lines(lines)]
-            for path in samples:
-                errors: list[SpanFormatError] = []
-                records_ = list(read_otlp_json(path, on_error=errors.append))
-                got.append((repr(records_), list(map(str, errors))))
-            outcomes[name] = got
-    reference = outcomes.pop("checked")
-    assert reference[0][0] == repr(records) and not reference[0][1]
-    for name, got in outcomes.items():
-        assert got == reference, name
+    assert samples
+    for path in samples:  # (each one pretty-printed document)
+        errors: list[SpanFormatError] = []
+        got = repr(list(read_otlp_json(path, on_error=errors.append)))
+        expected, expected_errors = document_records(json.loads(path.read_bytes()))
+        assert got == expected
+        assert [str(e) for e in errors] == ["%s:1: %s" % (path, e) for e in expected_errors]
 
 
-def test_fast_path_reads_agenttraces_own_lines(cartpole_run: tuple[list, list]) -> None:
-    """What agenttrace writes never needs the checked path."""
+def test_agenttraces_own_lines_are_read_by_msgspec(cartpole_run: tuple[list, list]) -> None:
+    """What agenttrace writes is never read twice."""
     _, records = cartpole_run
     line = encode_lines(records)
-    assert repr(otlp_json._fast_document(json.loads(line))) == repr(records)
-    if msgspec is not None:
-        assert repr(otlp_json._typed_document(line.encode())) == repr(records)
+    assert typed_records(line.encode()) == typed_records(line) == repr(records)
 
 
 # ------------------------------------------------------------------------------------------
@@ -679,8 +669,8 @@ def json_loads_accepts(text: str) -> bool:
 @given(json_like | json_texts | json_texts.map(lambda t: t[: len(t) // 2]) | st.text(max_size=20))
 def test_is_json_agrees_with_json_loads(text: str) -> None:
     expected = json_loads_accepts(text)
-    for name in MODES[1:]:
-        with mode(name):
+    for name in CODEC_MODES:
+        with codec_mode(name):
             codec._KNOWN_JSON.clear()
             codec._last_json = None
             assert codec.is_json(text) is expected, name
@@ -697,8 +687,8 @@ def test_is_json_leaves_deep_nesting_to_json() -> None:
             expected: Any = json_loads_accepts(text)
         except RecursionError:
             expected = RecursionError
-        for name in MODES[1:]:
-            with mode(name):
+        for name in CODEC_MODES:
+            with codec_mode(name):
                 try:
                     got: Any = codec.is_json(text)
                 except RecursionError:
