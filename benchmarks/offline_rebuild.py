@@ -10,18 +10,33 @@ a fresh process so peak memory is the rebuild's own:
 * the same on a file a quarter of the size,
 
 and prints spans/s and peak RSS for both. Peak memory that does not grow with file size is the
-point of streaming: the two peaks should be close. Target: >= 100,000 spans/s.
+point of streaming: the two peaks should be close. Target: >= 200,000 spans/s.
+
+Side by side, in the same run and on the same files, it measures the code of ``--baseline``
+(a git ref, default ``bd86b8c``: the code before the one-decoder redesign of issue 31),
+checked out with ``git worktree`` into a temporary folder and imported from there, and prints
+both figures and their ratio. Each export runs ``--rounds`` times, baseline and current in
+turn, and the fastest of each counts (other load on the machine only ever slows a run down).
+Besides wall-clock spans/s it prints spans per CPU second (the process's user + system time),
+which another process on the same cores disturbs less. ``--baseline none`` measures the
+current code alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+_REPO = Path(__file__).resolve().parent.parent
+#: The commit before issue 31's redesign (one OTLP/JSON decoder, storage split by job).
+_BASELINE = "bd86b8c"
 
 _EPISODES_PER_RUN = 8
 _TRACE_ID = re.compile(rb'"traceId":"([0-9a-f]{32})"')
@@ -73,55 +88,146 @@ def grow(seed_file: Path, target: Path, spans: int) -> int:
     return written
 
 
-def measure(span_file: Path, out: Path) -> dict:
-    """``agenttrace export`` in a fresh process: seconds and peak RSS (KiB)."""
+def measure(span_file: Path, out: Path, code_root: Path | None = None) -> dict:
+    """``agenttrace export`` in a fresh process: seconds, CPU seconds and peak RSS (KiB).
+    ``code_root``: import agenttrace from this checkout instead of the installed one."""
     code = (
         "import resource, sys, time\n"
+        "import agenttrace\n"
         "from agenttrace.cli.main import main\n"
-        "t = time.perf_counter()\n"
+        "def cpu():\n"
+        "    usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "    return usage.ru_utime + usage.ru_stime\n"
+        "t, c = time.perf_counter(), cpu()\n"
         "status = main(['export', '--from', sys.argv[1], '--out', sys.argv[2], '--quiet'])\n"
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
-        "status)\n"
+        "seconds, cpu_seconds = time.perf_counter() - t, cpu() - c\n"
+        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(agenttrace.__file__, seconds, cpu_seconds, peak, status)\n"
     )
+    env = dict(os.environ)
+    if code_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(code_root), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+    out.unlink(missing_ok=True)
     result = subprocess.run(
         [sys.executable, "-c", code, str(span_file), str(out)],
         capture_output=True,
         text=True,
         check=False,
+        env=env,
+        cwd=tempfile.gettempdir(),  # (not the repository: its agenttrace would come first)
     )
     if result.returncode != 0 or not result.stdout.strip():
         raise SystemExit(f"export failed:\n{result.stdout}\n{result.stderr}")
-    seconds, peak, status = result.stdout.split()[-3:]
-    return {"seconds": float(seconds), "peak_kib": int(peak), "status": int(status)}
+    module, seconds, cpu, peak, status = result.stdout.split()[-5:]
+    expected = (code_root or _REPO).resolve()
+    if not Path(module).resolve().is_relative_to(expected):
+        raise SystemExit(f"export imported agenttrace from {module}, not from {expected}")
+    out.unlink(missing_ok=True)
+    return {
+        "seconds": float(seconds),
+        "cpu_seconds": float(cpu),
+        "peak_kib": int(peak),
+        "status": int(status),
+    }
+
+
+def checkout(ref: str, folder: Path) -> Path:
+    """``ref`` of this repository, checked out (detached) into ``folder``."""
+    subprocess.run(
+        ["git", "-C", str(_REPO), "worktree", "add", "--detach", "--force", str(folder), ref],
+        check=True,
+        capture_output=True,
+    )
+    return folder
+
+
+def remove_checkout(folder: Path) -> None:
+    subprocess.run(
+        ["git", "-C", str(_REPO), "worktree", "remove", "--force", str(folder)],
+        check=False,
+        capture_output=True,
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def best(runs: list[dict], spans: int) -> dict:
+    """The fastest of ``runs`` (wall clock and CPU each), with the rates."""
+    figures = min(runs, key=lambda r: r["seconds"])
+    figures = dict(figures, cpu_seconds=min(r["cpu_seconds"] for r in runs))
+    figures["spans_per_s"] = spans / figures["seconds"]
+    figures["spans_per_cpu_s"] = spans / figures["cpu_seconds"]
+    return figures
+
+
+def line(label: str, figures: dict) -> str:
+    return (
+        f"{label:>18}: {figures['seconds']:6.1f} s = {figures['spans_per_s']:9,.0f} spans/s "
+        f"({figures['spans_per_cpu_s']:9,.0f} per CPU s), peak RSS "
+        f"{figures['peak_kib'] / 1024:,.0f} MiB"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=1_000_000, help="spans in the large file")
     parser.add_argument("--keep", metavar="DIR", help="keep the files in DIR")
+    parser.add_argument(
+        "--baseline",
+        default=_BASELINE,
+        metavar="GITREF",
+        help="the code to compare with, measured in the same run (default %(default)s: before "
+        "issue 31); 'none' to measure the current code alone",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="exports of each file by each code (the fastest counts)",
+    )
     args = parser.parse_args()
     folder = Path(args.keep or tempfile.mkdtemp(prefix="agenttrace-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
-    seed_file = record_run(folder)
-    results = {}
-    for label, spans in (("quarter", args.spans // 4), ("full", args.spans)):
-        span_file = folder / f"spans-{label}.jsonl"
-        count = grow(seed_file, span_file, spans)
-        figures = measure(span_file, folder / f"trajectories-{label}.jsonl")
-        figures["spans"] = count
-        figures["bytes"] = span_file.stat().st_size
-        figures["spans_per_s"] = count / figures["seconds"]
-        results[label] = figures
-        print(
-            f"{label:>7}: {count:,} spans ({figures['bytes'] / 2**20:,.0f} MiB) in "
-            f"{figures['seconds']:.1f} s = {figures['spans_per_s']:,.0f} spans/s, "
-            f"peak RSS {figures['peak_kib'] / 1024:,.0f} MiB"
-        )
-        if not args.keep:
-            span_file.unlink()
-    growth = results["full"]["peak_kib"] / results["quarter"]["peak_kib"]
-    print(f"peak memory, 4x the spans: x{growth:.2f}")
-    print(json.dumps(results))
+    baseline_root = None
+    if args.baseline.lower() != "none":
+        baseline_root = checkout(args.baseline, Path(tempfile.mkdtemp(prefix="agenttrace-base-")))
+    try:
+        seed_file = record_run(folder)
+        results: dict = {}
+        for label, spans in (("quarter", args.spans // 4), ("full", args.spans)):
+            span_file = folder / f"spans-{label}.jsonl"
+            count = grow(seed_file, span_file, spans)
+            out = folder / f"trajectories-{label}.jsonl"
+            runs: dict[str, list[dict]] = {"current": [], "baseline": []}
+            for _ in range(max(1, args.rounds)):
+                if baseline_root is not None:
+                    runs["baseline"].append(measure(span_file, out, baseline_root))
+                runs["current"].append(measure(span_file, out))
+            size = span_file.stat().st_size
+            print(f"{label}: {count:,} spans ({size / 2**20:,.0f} MiB)")
+            results[label] = {"spans": count, "bytes": size}
+            for code, code_runs in runs.items():
+                if code_runs:
+                    figures = best(code_runs, count)
+                    results[label][code] = figures
+                    name = code if code == "current" else f"baseline {args.baseline}"
+                    print(line(name, figures))
+            if baseline_root is not None:
+                now, then = results[label]["current"], results[label]["baseline"]
+                ratio = now["spans_per_s"] / then["spans_per_s"]
+                cpu_ratio = now["spans_per_cpu_s"] / then["spans_per_cpu_s"]
+                results[label]["ratio"] = ratio
+                results[label]["cpu_ratio"] = cpu_ratio
+                print(f"{'current / baseline':>18}: x{ratio:.2f} (per CPU second x{cpu_ratio:.2f})")
+            if not args.keep:
+                span_file.unlink()
+        growth = results["full"]["current"]["peak_kib"] / results["quarter"]["current"]["peak_kib"]
+        print(f"peak memory, 4x the spans: x{growth:.2f}")
+        print(json.dumps(results))
+    finally:
+        if baseline_root is not None:
+            remove_checkout(baseline_root)
 
 
 if __name__ == "__main__":
