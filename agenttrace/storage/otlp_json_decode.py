@@ -203,6 +203,7 @@ def _records(resource_spans: list[Any], report: ErrorHandler) -> list[SpanRecord
     records: list[SpanRecord] = []
     trace_ids: dict[str, int] = {}
     span_ids: dict[str, int] = {}
+    dropped: list[tuple[str, str]] = []  # (key, why) of the values left out of a span
     index = 0  # span index within the request, counted across resources and scopes
     for r, block in enumerate(resource_spans):
         try:
@@ -256,7 +257,6 @@ def _records(resource_spans: list[Any], report: ErrorHandler) -> list[SpanRecord
                 continue
             append = records.append
             for span in spans:
-                dropped: list[tuple[str, str]] = []
                 try:
                     append(
                         _span(
@@ -269,15 +269,17 @@ def _records(resource_spans: list[Any], report: ErrorHandler) -> list[SpanRecord
                     if type(name) is str:
                         reason = "%s (span %s)" % (reason, _quote(name))
                     report(error_kind(error)(reason, span=index))
-                    dropped = []
-                for key, reason in dropped:  # values left out of a span that was kept
+                    dropped.clear()
+                if dropped:  # values left out of a span that was kept
                     record = records[-1]
-                    report(
-                        SpanDecodeError(
-                            "span %s (id %016x): %s"
-                            % (_quote(record.name), record.span_id, left_out(key, reason))
+                    for key, reason in dropped:
+                        report(
+                            SpanDecodeError(
+                                "span %s (id %016x): %s"
+                                % (_quote(record.name), record.span_id, left_out(key, reason))
+                            )
                         )
-                    )
+                    dropped.clear()
                 index += 1
     return records
 
@@ -301,15 +303,14 @@ def _span(
     parents are each other."""
     if type(span) is not Span:
         raise SpanFormatError("span must be an object, got %s" % _json_type(span))
-    name = span.name
+    (trace_hex, span_hex, parent_hex, name, kind, start, end, attributes, events, links, status,
+     flags) = astuple(span)  # fmt: skip
     if type(name) is not str:
         if name is not UNSET:
             raise SpanFormatError("name must be a string, got %s" % _json_type(name))
         name = ""
-    trace_hex = span.traceId
     if not trace_hex:
         raise SpanFormatError("no traceId")
-    span_hex = span.spanId
     if not span_hex:
         raise SpanFormatError("no spanId")
     trace_id = trace_ids.get(trace_hex) if type(trace_hex) is str else None
@@ -320,7 +321,6 @@ def _span(
         span_id = span_ids[span_hex] = _id(span_hex, 8, "spanId")
     if not trace_id or not span_id:
         raise SpanFormatError("all-zero traceId or spanId")
-    parent_hex = span.parentSpanId
     if parent_hex:
         parent_id = span_ids.get(parent_hex) if type(parent_hex) is str else None
         if parent_id is None:
@@ -328,25 +328,20 @@ def _span(
     else:
         parent_id = 0
 
-    start = span.startTimeUnixNano
     if type(start) is str and start.isdigit() and start.isascii() and len(start) < 20:
         start = int(start)  # (the common case of _nanos)
     else:
         start = 0 if start is None or start is UNSET else _nanos(start, "startTimeUnixNano")
-    end = span.endTimeUnixNano
     if type(end) is str and end.isdigit() and end.isascii() and len(end) < 20:
         end = int(end)
     else:
         end = 0 if end is None or end is UNSET else _nanos(end, "endTimeUnixNano")
 
-    kind = span.kind
-    if kind is UNSET:
-        kind = 0
-    kind = KIND_NAME.get(kind) if type(kind) is not bool else None
+    kind_value = 0 if kind is UNSET else kind
+    kind = KIND_NAME.get(kind_value) if type(kind_value) is not bool else None
     if kind is None:
-        raise SpanFormatError("unknown kind %r" % (span.kind,))
+        raise SpanFormatError("unknown kind %r" % (kind_value,))
 
-    status = span.status
     if status:
         if type(status) is not Status:
             raise SpanFormatError("status must be an object, got %s" % _json_type(status))
@@ -364,17 +359,14 @@ def _span(
     else:
         status_code, status_message = "UNSET", None
 
-    events = span.events
     events = _events(events, dropped) if events else ()
-    links = span.links
     links = _links(links, dropped) if links else ()
 
-    flags = span.flags
     if type(flags) is not int or not flags:
         remote, sampled = False, True
     else:
         remote, sampled = bool(flags & FLAG_PARENT_IS_REMOTE), is_sampled(flags)
-    attributes = _attributes(span.attributes, "span", dropped)
+    attributes = _attributes(attributes, "span", dropped)
     return _new_record(
         SpanRecord,
         (
