@@ -112,8 +112,14 @@ class StepIndices:
                 self._count += 1
         elif index < 2 * len(bits) + 4096:  # dense: grow the bitmap
             bits.extend(bytes(max(index + 1 - len(bits), len(bits))))
-            bits[index] = 1
-            self._count += 1
+            if self._far:  # (far ones it now covers move in: counted once, in any order)
+                near = [i for i in self._far if i < len(bits)]
+                for i in near:
+                    bits[i] = 1
+                self._far.difference_update(near)
+            if not bits[index]:
+                bits[index] = 1
+                self._count += 1
         elif index not in self._far:
             self._far.add(index)
             self._count += 1
