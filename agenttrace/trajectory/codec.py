@@ -97,6 +97,8 @@ _TAGS = frozenset(
     }
 )
 _warned_types: set[str] = set()
+#: What a ``$float`` holds, and the float each reads as.
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 class UnserializableValueWarning(UserWarning):
@@ -612,8 +614,10 @@ def _decode_ndarray(spec: dict, depth: int) -> np.ndarray:
 def _decode_tagged(tag: str, body: Any, original: dict, depth: int) -> Any:
     """A tagged object ``depth`` containers in (its body is one more, a body's items two)."""
     inner = depth + 2
-    if tag == "$float":
-        return float(body)
+    if tag == "$float":  # (only the three the encoder writes: float() would take far more)
+        if type(body) is not str or body not in _NONFINITE:
+            raise ValueError(f'not "nan", "inf" or "-inf" but {body!r}')
+        return _NONFINITE[body]
     if tag == "$tuple":
         return tuple([_decode(item, inner) for item in body])
     if tag == "$bytes":

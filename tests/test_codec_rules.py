@@ -1,0 +1,473 @@
+"""The value encoding, rule by rule (agenttrace/trajectory/codec.py, docs/trajectory-format.md):
+each type's JSON written out by hand, the nesting limit at its exact edge, secrets at any
+depth, and what a damaged tag reads as."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agenttrace.trajectory import codec
+from agenttrace.trajectory.codec import MAX_DEPTH, ValueDecodeError
+from agenttrace.trajectory.equality import values_equal
+from agenttrace.trajectory.kept_tags import Tagged
+
+
+class Color(enum.Enum):
+    RED = "r"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: Any = None
+
+
+def _depth(data: Any) -> int:
+    """Levels of lists and objects in parsed JSON (a scalar: 0), counted here, not by the
+    codec."""
+    if isinstance(data, dict):
+        return 1 + max((_depth(v) for v in data.values()), default=0)
+    if isinstance(data, list):
+        return 1 + max((_depth(v) for v in data), default=0)
+    return 0
+
+
+def _nest(value: Any, levels: int) -> Any:
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+# --- $float: only what the encoder writes -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "expected"), [("nan", math.nan), ("inf", math.inf)])
+def test_float_tags_read_back(text, expected) -> None:
+    assert values_equal(codec.decode({"$float": text}), expected)
+    assert codec.decode({"$float": "-inf"}) == -math.inf
+
+
+@pytest.mark.parametrize("body", [False, True, 0, 1.5, "12.5", "INF", "NaN", "Infinity", None, []])
+def test_a_damaged_float_tag_is_reported_like_any_malformed_tag(body) -> None:
+    with pytest.raises(ValueDecodeError, match=r"^malformed \$float value: "):
+        codec.decode({"$float": body})
+    with pytest.raises(ValueDecodeError, match=r"^malformed \$float value: "):
+        codec.loads(json.dumps({"a": [{"$float": body}]}))
+    with pytest.raises(ValueDecodeError, match=r"^malformed \$tuple value: "):  # (the same way)
+        codec.decode({"$tuple": 5})
+
+
+def test_non_finite_floats_are_written_as_tags() -> None:
+    assert codec.dumps(math.nan) == '{"$float":"nan"}'
+    assert codec.dumps(math.inf) == '{"$float":"inf"}'
+    assert codec.dumps(-math.inf) == '{"$float":"-inf"}'
+    assert codec.dumps([1.5, -0.0]) == "[1.5,-0.0]"
+    assert codec.encode(math.inf) == {"$float": "inf"}
+
+
+# --- each type, written by hand ---------------------------------------------------------------
+
+_WRITTEN = [
+    (None, "null"),
+    (True, "true"),
+    (False, "false"),
+    (7, "7"),
+    ("é", '"é"'),
+    ((1, "a"), '{"$tuple":[1,"a"]}'),
+    (b"hi", '{"$bytes":"aGk="}'),
+    (bytearray(b"hi"), '{"$bytes":"aGk="}'),
+    ({1: "a", "b": 2}, '{"$dict":[[1,"a"],["b",2]]}'),
+    ({"$x": 1}, '{"$dict":[["$x",1]]}'),  # (one key starting with $: would read as a tag)
+    ({"$x": 1, "y": 2}, '{"$x":1,"y":2}'),
+    ({3, 1, 2}, '{"$set":[1,2,3]}'),
+    (frozenset({"b", "a"}), '{"$frozenset":["a","b"]}'),
+    (np.array([1, 2], dtype="<i8"), '{"$ndarray":{"dtype":"<i8","shape":[2],"data":[1,2]}}'),
+    (np.array([[True]]), '{"$ndarray":{"dtype":"|b1","shape":[1,1],"data":[[true]]}}'),
+    (np.array([0.5, 1.0]), '{"$ndarray":{"dtype":"<f8","shape":[2],"data":[0.5,1.0]}}'),
+    (np.array([0.5], dtype="<f4"), '{"$ndarray":{"dtype":"<f4","shape":[1],"data":[0.5]}}'),
+    (np.array(["ab"]), '{"$ndarray":{"dtype":"<U2","shape":[1],"data":["ab"]}}'),
+    (np.float32(2.0), '{"$numpy":{"dtype":"<f4","value":2.0}}'),
+    (np.int8(-3), '{"$numpy":{"dtype":"|i1","value":-3}}'),
+    (np.bool_(True), '{"$numpy":{"dtype":"|b1","value":true}}'),
+    (np.float64("nan"), '{"$numpy":{"dtype":"<f8","value":{"$float":"nan"}}}'),
+    (Color.RED, '{"$enum":{"type":"test_codec_rules:Color","value":"r"}}'),
+    (
+        Point(1, (2,)),
+        '{"$dataclass":{"type":"test_codec_rules:Point","fields":{"x":1,"y":{"$tuple":[2]}}}}',
+    ),
+    (dt.datetime(2024, 5, 6, 7, 8, 9), '{"$datetime":"2024-05-06T07:08:09"}'),
+    (dt.date(2024, 5, 6), '{"$date":"2024-05-06"}'),
+]
+
+
+@pytest.mark.parametrize(("value", "text"), _WRITTEN, ids=[repr(v)[:30] for v, _ in _WRITTEN])
+def test_each_type_is_written_as_the_format_says(value, text) -> None:
+    assert codec.dumps(value) == text
+    assert codec.encode(value) == json.loads(text)
+    back = codec.loads(text)
+    if isinstance(value, bytearray):
+        assert back == bytes(value) and type(back) is bytes
+    else:
+        assert values_equal(back, value)
+        assert type(back) is type(value)
+
+
+def test_arrays_not_inlined_are_raw_bytes() -> None:
+    with_nan = np.array([1.0, math.nan])
+    assert codec.encode(with_nan) == {
+        "$ndarray": {"dtype": "<f8", "shape": [2], "b64": "AAAAAAAA8D8AAAAAAAD4fw=="}
+    }
+    big = np.zeros(1025, dtype="<i2")
+    body = codec.encode(big)["$ndarray"]
+    assert set(body) == {"dtype", "shape", "b64"} and body["shape"] == [1025]
+    assert len(codec.encode(np.zeros(1024, dtype="<i2"))["$ndarray"]["data"]) == 1024
+    complex_ = np.array([1 + 2j])
+    assert "b64" in codec.encode(complex_)["$ndarray"]
+    for value in (with_nan, big, complex_):
+        assert values_equal(codec.loads(codec.dumps(value)), value)
+
+
+def test_object_arrays_hold_encoded_items() -> None:
+    array = np.empty(2, dtype=object)
+    array[:] = [(1,), None]
+    assert codec.encode(array) == {
+        "$ndarray": {"dtype": "|O", "shape": [2], "data": [{"$tuple": [1]}, None]}
+    }
+    back = codec.loads(codec.dumps(array))
+    assert back.dtype == object and back.tolist() == [(1,), None]
+
+
+def test_numpy_scalars_without_a_json_value_are_raw_bytes() -> None:
+    value = np.complex64(1 + 2j)
+    body = codec.encode(value)["$numpy"]
+    assert body["dtype"] == "<c8" and set(body) == {"dtype", "b64"}
+    assert codec.loads(codec.dumps(value)) == value
+    moment = np.datetime64("2024-01-02", "D")
+    assert set(codec.encode(moment)["$numpy"]) == {"dtype", "b64"}
+    assert codec.loads(codec.dumps(moment)) == moment
+    assert codec.decode({"$numpy": {"dtype": "<M8[D]", "value": 3}}) == np.datetime64(3, "D")
+
+
+def test_subclasses_are_written_as_their_base() -> None:
+    class Flag(int):
+        pass
+
+    class Text(str):
+        pass
+
+    class Items(list):
+        pass
+
+    class Number(float):
+        pass
+
+    assert codec.encode(Flag(3)) == 3 and type(codec.encode(Flag(3))) is int
+    assert codec.encode(Text("a")) == "a" and type(codec.encode(Text("a"))) is str
+    assert codec.encode(Items([1, (2,)])) == [1, {"$tuple": [2]}]
+    assert codec.encode(Number(math.inf)) == {"$float": "inf"}
+    assert codec.encode(Number(0.5)) == 0.5
+
+
+def test_unknown_objects_fall_back_to_their_repr() -> None:
+    class Thing:
+        def __repr__(self) -> str:
+            return "T" * 1500
+
+    with pytest.warns(codec.UnserializableValueWarning):
+        data = codec.encode(Thing())
+    body = data["$unserializable"]
+    assert body["type"].endswith("Thing") and body["repr"] == "T" * 1000
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError
+
+    with pytest.warns(codec.UnserializableValueWarning):
+        assert codec.encode(Broken())["$unserializable"]["repr"] == "<repr failed: RuntimeError>"
+    back = codec.loads(codec.dumps(Thing()))
+    assert type(back) is Tagged and back == data
+
+
+# --- secrets at any depth ---------------------------------------------------------------------
+
+
+def test_secrets_are_redacted_below_the_top_level() -> None:
+    value = {
+        "outer": {"api_key": "s1", "fine": 1, "inner": [{"password": "s2"}]},
+        "pairs": {1: "x", "token": "s3"},
+        "tuple": ({"Authorization": "s4"},),
+        "max_tokens": 5,  # (a count, not a secret)
+    }
+    expected = {
+        "outer": {"api_key": "[REDACTED]", "fine": 1, "inner": [{"password": "[REDACTED]"}]},
+        "pairs": {"$dict": [[1, "x"], ["token", "[REDACTED]"]]},
+        "tuple": {"$tuple": [{"Authorization": "[REDACTED]"}]},
+        "max_tokens": 5,
+    }
+    assert codec.encode(value, redact_secrets=True) == expected
+    assert json.loads(codec.dumps(value, redact_secrets=True)) == expected
+    assert codec.encode(value)["outer"]["api_key"] == "s1"  # (only when asked)
+    assert codec.encode(value)["pairs"] == {"$dict": [[1, "x"], ["token", "s3"]]}
+
+
+def test_secrets_are_redacted_in_kept_tags_and_in_deep_values() -> None:
+    kept = codec.loads('{"$blob": {"ref": "r", "secret": "s"}}')
+    assert type(kept) is Tagged
+    assert codec.encode({"k": kept}, redact_secrets=True) == {
+        "k": {"$blob": {"ref": "r", "secret": "[REDACTED]"}}
+    }
+    assert codec.encode({"k": kept}) == {"k": {"$blob": {"ref": "r", "secret": "s"}}}
+    deep = _nest({"password": "s", "a": 1}, MAX_DEPTH)  # one level too deep
+    text = codec.encode(deep, redact_secrets=True)["$json"]
+    assert json.loads(text) == _nest({"password": "[REDACTED]", "a": 1}, MAX_DEPTH)
+    pairs = _nest({"token": "s", 2: 3}, MAX_DEPTH)
+    text = codec.encode(pairs, redact_secrets=True)["$json"]
+    assert json.loads(text) == _nest({"$dict": [["token", "[REDACTED]"], [2, 3]]}, MAX_DEPTH)
+    assert json.loads(codec.encode(deep)["$json"]) == _nest({"password": "s", "a": 1}, MAX_DEPTH)
+
+
+# --- the nesting limit, at its edge -----------------------------------------------------------
+
+# Each value and the levels its JSON adds around its innermost scalar, counted by hand.
+_LEVELS = [
+    ("list", lambda: [1], [1], 1),
+    ("dict", lambda: {"a": 1}, {"a": 1}, 1),
+    ("tuple", lambda: (1,), {"$tuple": [1]}, 2),
+    ("set", lambda: {1}, {"$set": [1]}, 2),
+    ("pairs", lambda: {1: 2}, {"$dict": [[1, 2]]}, 3),
+    (
+        "array",
+        lambda: np.array([[1]], dtype="<i8"),
+        {"$ndarray": {"dtype": "<i8", "shape": [1, 1], "data": [[1]]}},
+        4,
+    ),
+    (
+        "object array",
+        lambda: np.array([None], dtype=object),
+        {"$ndarray": {"dtype": "|O", "shape": [1], "data": [None]}},
+        3,
+    ),
+    (
+        "dataclass",
+        lambda: Point(1),
+        {"$dataclass": {"type": "test_codec_rules:Point", "fields": {"x": 1, "y": None}}},
+        3,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "data", "levels"), [c[1:] for c in _LEVELS], ids=[c[0] for c in _LEVELS]
+)
+def test_a_value_is_kept_as_it_is_up_to_max_depth_levels(make, data, levels) -> None:
+    assert MAX_DEPTH == 256
+    inside = MAX_DEPTH - levels
+    fits = _nest(make(), inside)
+    assert codec.encode(fits) == _nest(data, inside)
+    assert _depth(json.loads(codec.dumps(fits))) == MAX_DEPTH
+    assert values_equal(codec.loads(codec.dumps(fits)), fits)
+
+
+@pytest.mark.parametrize(
+    ("make", "data", "levels"), [c[1:] for c in _LEVELS], ids=[c[0] for c in _LEVELS]
+)
+def test_the_json_text_of_a_too_deep_value_is_that_value(make, data, levels) -> None:
+    inside = MAX_DEPTH - levels + 1
+    deep = _nest(make(), inside)
+    encoded = codec.encode(deep)
+    assert set(encoded) == {"$json"}
+    assert json.loads(encoded["$json"]) == _nest(data, inside)  # valid JSON, of this value
+    assert codec.dumps(deep) == json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))
+    back = codec.loads(codec.dumps(deep))
+    assert type(back) is Tagged and back == encoded
+    assert codec.dumps(back) == codec.dumps(deep)  # (kept: written back as read)
+
+
+def test_decoding_keeps_data_nested_past_max_depth_as_its_text() -> None:
+    fits, deep = _nest(1, MAX_DEPTH), _nest(1, MAX_DEPTH + 1)
+    assert codec.decode(fits) == fits and codec.loads(json.dumps(fits)) == fits
+    text = json.dumps(deep, separators=(",", ":"))
+    assert codec.decode(deep) == {"$json": text}
+    assert codec.loads(text) == {"$json": text}
+    tagged = _nest({"$tuple": [1]}, MAX_DEPTH - 2)  # 256 levels with the tuple's two
+    assert codec.decode(tagged) == _nest((1,), MAX_DEPTH - 2)
+    too_deep = _nest({"$tuple": [[1]]}, MAX_DEPTH - 2)
+    assert codec.decode(too_deep) == {"$json": json.dumps(too_deep, separators=(",", ":"))}
+    pairs = _nest({"$dict": [[1, [2]]]}, MAX_DEPTH - 4)  # 3 levels + the value's list
+    assert codec.decode(pairs) == _nest({1: [2]}, MAX_DEPTH - 4)
+    assert set(codec.decode(_nest(pairs, 1))) == {"$json"}
+    objects = _nest({"a": [1]}, MAX_DEPTH - 2)
+    assert codec.decode(objects) == objects and set(codec.decode(_nest(objects, 1))) == {"$json"}
+
+
+def test_parse_json_refuses_what_nests_too_deeply_or_is_not_json() -> None:
+    assert codec.parse_json('{"$float": "nan"}') == {"$float": "nan"}  # (no tags decoded)
+    assert codec.parse_json(json.dumps(_nest(1, MAX_DEPTH))) == _nest(1, MAX_DEPTH)
+    with pytest.raises(ValueDecodeError, match=r"nested deeper than 256 levels"):
+        codec.parse_json(json.dumps(_nest(1, MAX_DEPTH + 1)))
+    with pytest.raises(ValueDecodeError, match=r"nested deeper than 256 levels"):
+        codec.parse_json("[" * 5000 + "]" * 5000)
+    with pytest.raises(ValueDecodeError, match=r"^not JSON"):
+        codec.parse_json("{")
+    assert codec.json_or_text('{"a": [1]}') == {"a": [1]}
+    assert codec.json_or_text("plain words") == "plain words"
+    assert codec.json_or_text(5) == 5
+
+
+def test_loads_of_text_that_is_not_json() -> None:
+    with pytest.raises(ValueDecodeError, match=r"^not JSON"):
+        codec.loads("{1")
+    assert codec.loads(b'{"a": 1}') == {"a": 1}
+    deep = ("[" * 5000 + "]" * 5000).encode()
+    assert codec.loads(deep) == {"$json": deep.decode()}
+
+
+# --- decoding tags ----------------------------------------------------------------------------
+
+
+def test_known_types_come_back_and_unknown_ones_stay_as_read() -> None:
+    assert codec.decode({"$enum": {"type": "test_codec_rules:Color", "value": "r"}}) is Color.RED
+    gone = {"$enum": {"type": "no_such_module:Color", "value": "r"}}
+    assert type(codec.decode(gone)) is Tagged and codec.decode(gone) == gone
+    wrong_value = {"$enum": {"type": "test_codec_rules:Color", "value": "z"}}
+    assert type(codec.decode(wrong_value)) is Tagged
+    not_enum = {"$enum": {"type": "test_codec_rules:Point", "value": 1}}
+    assert type(codec.decode(not_enum)) is Tagged
+    point = {"$dataclass": {"type": "test_codec_rules:Point", "fields": {"x": 1, "y": [2]}}}
+    assert codec.decode(point) == Point(1, [2])
+    missing = {"$dataclass": {"type": "test_codec_rules:Point", "fields": {"y": 2}}}
+    assert type(codec.decode(missing)) is Tagged
+    as_model = {"$pydantic": {"type": "test_codec_rules:Point", "fields": {"x": 1}}}
+    assert type(codec.decode(as_model)) is Tagged  # (no model_validate)
+    unknown = {"$newer": [1]}
+    assert type(codec.decode(unknown)) is Tagged and codec.dumps(codec.decode(unknown)) == (
+        '{"$newer":[1]}'
+    )
+    assert codec.decode({"$json": "[1]"}) == {"$json": "[1]"}
+    with pytest.raises(ValueDecodeError, match=r"malformed \$json value"):
+        codec.decode({"$json": 5})
+
+
+def test_a_dataclass_field_outside_init_comes_back() -> None:
+    @dataclasses.dataclass
+    class Later:
+        a: int
+        b: int = dataclasses.field(init=False, default=0)
+
+    globals()["Later"] = Later
+    Later.__qualname__ = "Later"
+    try:
+        value = Later(1)
+        value.b = 5
+        back = codec.loads(codec.dumps(value))
+        assert type(back) is Later and (back.a, back.b) == (1, 5)
+    finally:
+        del globals()["Later"]
+
+
+def test_pydantic_models_come_back() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Model(pydantic.BaseModel):
+        a: int
+        b: tuple = ()
+
+    globals()["Model"] = Model
+    Model.__qualname__ = "Model"
+    try:
+        value = Model(a=1, b=(2,))
+        text = codec.dumps(value)
+        assert json.loads(text) == {
+            "$pydantic": {
+                "type": "test_codec_rules:Model",
+                "fields": {"a": 1, "b": {"$tuple": [2]}},
+            }
+        }
+        assert codec.loads(text) == value
+        holding_kept = {"$pydantic": {"type": "test_codec_rules:Model", "fields": {"a": {"$x": 1}}}}
+        assert type(codec.decode(holding_kept)) is Tagged
+    finally:
+        del globals()["Model"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"$ndarray": {"dtype": 5, "shape": [1], "data": [1]}},
+        {"$ndarray": {"dtype": "V8", "shape": [1], "data": [1]}},
+        {"$ndarray": {"dtype": "<i8,<i8", "shape": [1], "data": [1]}},
+        {"$ndarray": {"dtype": "<i8", "shape": [2], "data": [1]}},
+        {"$numpy": {"dtype": "V0", "value": 1}},
+        {"$tuple": 5},
+        {"$datetime": "yesterday"},
+        {"$date": 5},
+        {"$dict": [[1]]},
+        {"$set": [[1, {}]]},
+    ],
+)
+def test_malformed_tags_are_reported(data) -> None:
+    with pytest.raises(ValueDecodeError, match=r"^malformed \$"):
+        codec.decode(data)
+
+
+def test_sets_and_keys_of_lists_come_back_hashable() -> None:
+    assert codec.decode({"$set": [[1, 2]]}) == {(1, 2)}
+    assert codec.decode({"$frozenset": [[1]]}) == frozenset({(1,)})
+    assert codec.decode({"$dict": [[[1, 2], "v"]]}) == {(1, 2): "v"}
+
+
+def test_raw_json_is_reused_and_checked() -> None:
+    raw = codec.RawJSON("[1,2]")
+    assert codec.json_text(raw) is raw and codec.json_text((1,)) == '{"$tuple":[1]}'
+    assert type(codec.as_raw_json("[1]", trusted=False)) is codec.RawJSON
+    assert type(codec.as_raw_json("[1", trusted=False)) is str
+    assert type(codec.as_raw_json("[1", trusted=True)) is codec.RawJSON
+    long_text = json.dumps(list(range(300)))
+    assert codec.as_raw_json(long_text, trusted=False) == long_text
+    deep = json.dumps(_nest(1, MAX_DEPTH + 1))
+    kept = codec.as_raw_json(deep, trusted=False)
+    assert codec.is_deep_json(kept) and json.loads(kept) == {"$json": deep}
+    assert not codec.is_deep_json('{"$json":"[]"}')  # (a plain str is no RawJSON)
+    assert not codec.is_deep_json(codec.RawJSON("[1]"))
+    assert codec.checked_json("x" * 600) == "x" * 600 and type(codec.checked_json("x" * 600)) is str
+    assert type(codec.checked_json("[" * 600)) is str
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1", True),
+        (" 1", True),
+        ("1 ", True),
+        ("", False),
+        ("[1", False),
+        ("nope", False),
+        ("NaN", True),
+        ("[1] x", False),
+        ('"a"', True),
+        ("{}", True),
+    ],
+)
+def test_is_json_answers_as_json_loads_does(text, expected) -> None:
+    assert codec.is_json(text) is expected
+    assert codec.is_json(text) is expected  # (again: from its memo)
+
+
+@pytest.mark.parametrize("body", [False, "12.5", "INF"])
+def test_a_damaged_float_in_a_trajectory_line_is_reported_with_its_field(body) -> None:
+    from agenttrace.trajectory.model import Trajectory
+    from agenttrace.trajectory.validate import TrajectoryFormatError
+
+    good = Trajectory(episode_id="e", steps=[]).to_dict()
+    assert Trajectory.from_dict({**good, "return": {"$float": "-inf"}}).return_ == -math.inf
+    with pytest.raises(TrajectoryFormatError, match=r"malformed \$float value") as raised:
+        Trajectory.from_dict({**good, "return": {"$float": body}})
+    assert raised.value.field == "return"
