@@ -314,3 +314,13 @@ def test_step_error_is_the_first_failed_span_given() -> None:
     assert step_error(None, ok) is None and step_error() is None
     assert step_error(None, ok, first, second) == "ValueError: x"
     assert step_error(second, first) == "KeyError: y"
+
+
+def test_a_length_up_to_the_highest_index_is_credible_however_sparse() -> None:
+    seen = StepIndices()
+    seen.add(0)
+    seen.add(1_000_000)  # two steps; far more than 1,024 between them
+    assert seen.credible(1_000_001) and seen.credible(1_000_000)
+    assert not seen.credible(1_000_002)  # one past: 999,999 + 1 missing, over the bound
+    assert seen.missing_below(1_000_001, 3) == [1, 2, 3]
+    assert seen.count_below(1_000_001) == 2 and seen.count_below(1_000_000) == 1
