@@ -69,7 +69,7 @@ def read_lines(lines: list[str | bytes]) -> tuple[str, list[str]]:
     return repr(records), [str(error) for error in errors]
 
 
-def strict(line: str) -> str:
+def strict(line: str | bytes) -> str:
     try:
         return repr(decode_line(line))
     except SpanFormatError as error:
@@ -114,13 +114,18 @@ def assert_same_everywhere(text: str) -> None:
         return
     assert_read_as_its_document(text + "\n")
     assert_read_as_its_document(text.encode("utf-8", "surrogatepass") + b"\n")  # (BOMs: json)
+    assert_strictly_read_as_its_document(text)
+
+
+def assert_strictly_read_as_its_document(line: str | bytes) -> None:
+    """decode_line raises the document's first problem, or json's words for what is no JSON."""
     try:
-        document = json.loads(text)
+        document = json.loads(line)
     except ValueError as error:
-        assert strict(text) == "error: invalid JSON: %s" % error
+        assert strict(line) == "error: invalid JSON: %s" % error
         return
     records, errors = document_records(document)
-    assert strict(text) == ("error: " + errors[0] if errors else records)
+    assert strict(line) == ("error: " + errors[0] if errors else records)
 
 
 # ------------------------------------------------------------------------------------------
@@ -597,20 +602,7 @@ _SPAN = (
 )
 def test_byte_lines_read_as_json_loads_reads_them(line: bytes) -> None:
     assert_read_as_its_document(line + b"\n")
-    try:
-        document = json.loads(line)
-    except ValueError as error:
-        assert strict_bytes(line) == "error: invalid JSON: %s" % error
-        return
-    records, errors = document_records(document)
-    assert strict_bytes(line) == ("error: " + errors[0] if errors else records)
-
-
-def strict_bytes(line: bytes) -> str:
-    try:
-        return repr(decode_line(line))
-    except SpanFormatError as error:
-        return "error: %s" % error
+    assert_strictly_read_as_its_document(line)
 
 
 def test_torn_last_line_is_reported_as_torn() -> None:

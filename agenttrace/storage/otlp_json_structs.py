@@ -170,24 +170,21 @@ def _built_span(span: Any) -> Any:
     )
 
 
-def _built_event(event: Any) -> Any:
-    if type(event) is not dict:
-        return event
-    return Event(
-        event.get("name", UNSET),
-        event.get("timeUnixNano", UNSET),
-        _built_list(event.get("attributes", UNSET), _built_key_value),
-    )
+def _with_attributes(kind: type) -> Callable[[Any], Any]:
+    """The builder of an event or a link: two fields as they are, then attributes."""
+    first, second, _ = kind.__struct_fields__
+
+    def build(item: Any) -> Any:
+        if type(item) is not dict:
+            return item
+        attributes = _built_list(item.get("attributes", UNSET), _built_key_value)
+        return kind(item.get(first, UNSET), item.get(second, UNSET), attributes)
+
+    return build
 
 
-def _built_link(link: Any) -> Any:
-    if type(link) is not dict:
-        return link
-    return Link(
-        link.get("traceId", UNSET),
-        link.get("spanId", UNSET),
-        _built_list(link.get("attributes", UNSET), _built_key_value),
-    )
+_built_event = _with_attributes(Event)
+_built_link = _with_attributes(Link)
 
 
 def _built_list(items: Any, build: Callable[[Any], Any]) -> Any:
