@@ -71,6 +71,10 @@ def _scratch(module: str, workdir: Path, root: Path) -> None:
     """A copy of the checkout at ``root`` to run mutmut in, configured for ``module``."""
     shutil.copytree(root / "agenttrace", workdir / "agenttrace", ignore=_ignored)
     shutil.copytree(root / "tests", workdir / "tests", ignore=_ignored)
+    # mutmut's trampolines add frames to every call: the codec's recursive encoder, which
+    # stops at MAX_DEPTH (256) levels well within Python's 1,000 frames, would not.
+    with open(workdir / "tests" / "conftest.py", "a", encoding="utf-8") as conftest:
+        conftest.write("\n\nsys.setrecursionlimit(max(sys.getrecursionlimit(), 4000))\n")
     tests = [t for t in MODULES[module] if (root / t).exists()]
     config = root / "pyproject.toml"
     text = config.read_text(encoding="utf-8")

@@ -176,7 +176,9 @@ def test_subclasses_are_written_as_their_base() -> None:
     assert codec.encode(Number(0.5)) == 0.5
 
 
-def test_unknown_objects_fall_back_to_their_repr() -> None:
+def test_unknown_objects_fall_back_to_their_repr(monkeypatch) -> None:
+    monkeypatch.setattr(codec, "_warned_types", set())  # (warned once per type and process)
+
     class Thing:
         def __repr__(self) -> str:
             return "T" * 1500
