@@ -52,7 +52,6 @@ from agenttrace.storage.otlp_enums import (
     is_sampled,
 )
 from agenttrace.storage.otlp_json_structs import (
-    VALUE_FIELDS,
     AnyValue,
     ArrayValue,
     Event,
@@ -510,54 +509,64 @@ def _value(value: Any, depth: int) -> Any:
         if type(value) is dict:  # (built from a document: its first field is no AnyValue's)
             raise SpanFormatError("unknown value type %r" % next(iter(value)))
         raise SpanFormatError("value must be an object, got %s" % _json_type(value))
-    present = [(f, x) for f, x in zip(VALUE_FIELDS, astuple(value), strict=True) if x is not UNSET]
-    if not present:
-        return None  # an empty AnyValue: OTLP's "no value"
-    if len(present) > 1:
+    fields = astuple(value)
+    missing = fields.count(UNSET)
+    if missing != 6:
+        if missing == 7:
+            return None  # an empty AnyValue: OTLP's "no value"
         raise _ReadAgain  # which field came first decides: read as a document
-    ((field, x),) = present
-    if field == "stringValue":
-        if type(x) is str:
-            return x
-    elif field == "intValue":
-        if type(x) is str:
+    text, integer, double, boolean, array, kvlist, data = fields
+    if text is not UNSET:
+        if type(text) is str:
+            return text
+        field, x = "stringValue", text
+    elif integer is not UNSET:
+        if type(integer) is str:
             try:
-                return int(x)
+                return int(integer)
             except ValueError:
                 pass
-        elif type(x) is int or (type(x) is float and x.is_integer()):
-            return int(x)
-    elif field == "doubleValue":
-        if type(x) is float:
-            return x
-        if type(x) is int:
-            if -_FLOAT_MAX <= x <= _FLOAT_MAX:
-                return float(x)
-            raise SpanDecodeError("a doubleValue that is %s, too large" % described(x))
-        if type(x) is str:
-            special = _FLOAT_WORDS.get(x)
+        elif type(integer) is int or (type(integer) is float and integer.is_integer()):
+            return int(integer)
+        field, x = "intValue", integer
+    elif double is not UNSET:
+        if type(double) is float:
+            return double
+        if type(double) is int:
+            if -_FLOAT_MAX <= double <= _FLOAT_MAX:
+                return float(double)
+            raise SpanDecodeError("a doubleValue that is %s, too large" % described(double))
+        if type(double) is str:
+            special = _FLOAT_WORDS.get(double)
             if special is not None:
                 return special
             try:
-                return float(x)
+                return float(double)
             except ValueError:
                 pass
-    elif field == "boolValue":
-        if type(x) is bool:
-            return x
-    elif field == "arrayValue":
-        if type(x) is ArrayValue:
-            return tuple([_value(v, depth + 1) for v in x.values or ()])
-    elif field == "kvlistValue":
-        if type(x) is KeyValueList:
-            return _attributes(x.values, "kvlist", depth=depth + 1)
-    elif type(x) is str:  # bytesValue
-        try:
-            return base64.b64decode(
-                x.replace("-", "+").replace("_", "/") + "=" * (-len(x) % 4), validate=True
-            )
-        except (binascii.Error, ValueError):
-            pass
+        field, x = "doubleValue", double
+    elif boolean is not UNSET:
+        if type(boolean) is bool:
+            return boolean
+        field, x = "boolValue", boolean
+    elif array is not UNSET:
+        if type(array) is ArrayValue:
+            return tuple([_value(item, depth + 1) for item in array.values or ()])
+        field, x = "arrayValue", array
+    elif kvlist is not UNSET:
+        if type(kvlist) is KeyValueList:
+            return _attributes(kvlist.values, "kvlist", depth=depth + 1)
+        field, x = "kvlistValue", kvlist
+    else:
+        if type(data) is str:
+            try:
+                return base64.b64decode(
+                    data.replace("-", "+").replace("_", "/") + "=" * (-len(data) % 4),
+                    validate=True,
+                )
+            except (binascii.Error, ValueError):
+                pass
+        field, x = "bytesValue", data
     raise SpanFormatError("bad %s %.80r" % (field, x))
 
 
