@@ -44,7 +44,10 @@ MODULES: dict[str, list[str]] = {
         "tests/test_assembler_rules.py",
     ],
     "call_placement": [
+        "tests/test_call_placement_rules.py",
         "tests/test_assembler_rules.py",
+        "tests/test_call_merging.py",
+        "tests/test_turns.py",
         "tests/test_stream.py",
     ],
     "assembler": [
@@ -53,6 +56,7 @@ MODULES: dict[str, list[str]] = {
         "tests/test_read_isolation.py",
     ],
     "conventions": [
+        "tests/test_conventions_rules.py",
         "tests/test_conventions.py",
         "tests/test_conventions_openinference.py",
     ],
