@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agenttrace import semconv as sc
-from agenttrace.trajectory.assembler import build_trajectory
+from agenttrace.trajectory.assembler import EpisodeAssembly, build_trajectory
 from agenttrace.trajectory.records import SpanRecord
 
 TRACE = 0xABC
@@ -177,3 +177,270 @@ def test_a_model_call_nested_in_another_is_one_call() -> None:
     (step,) = build_trajectory(records).steps
     assert len(step.llm_calls) == 1
     assert step.llm_calls[0].start_time == 11 and step.llm_calls[0].input_tokens == 9
+
+
+# --- how a step is put together ---------------------------------------------------------------
+
+
+def test_what_each_step_acted_on_is_its_own_else_what_the_step_before_returned() -> None:
+    records = [
+        _episode(),
+        _span(sc.ENV_RESET, 5, 1, 2, **{sc.OBSERVATION: "[0]", sc.INFO: '{"seed": 3}'}),
+        _step(sc.ENV_STEP, 10, 0, 3, 4, **{sc.OBSERVATION: "[1]"}),  # acted on the reset's
+        _step(sc.ENV_STEP, 11, 1, 5, 6, **{sc.OBSERVATION: "[2]"}),  # on step 0's
+        _step(sc.TIMESTEP, 12, 2, 7, 10, **{sc.OBSERVATION: "[20]"}),  # its timestep's own
+        _step(sc.AGENT_ACT, 13, 2, 8, 9, **{sc.OBSERVATION: "[21]"}),  # agent.act wins
+        _step(sc.STEP_RECORD, 14, 3, 11, 12, **{sc.OBSERVATION: "[30]"}),
+        _step(sc.AGENT_ACT, 15, 3, 11, 12, **{sc.OBSERVATION: "[31]"}),  # the record wins
+        _step(sc.ENV_STEP, 16, 5, 13, 14, **{sc.OBSERVATION: "[5]"}),  # (step 4 missing)
+        _step(sc.ENV_STEP, 17, 6, 15, 16),  # step 5 returned [5]; step 6 returned nothing
+    ]
+    trajectory = build_trajectory(records)
+    assert [s.observation for s in trajectory.steps] == [[0], [1], [21], [30], None, [5]]
+    assert trajectory.final_observation is None
+    assert trajectory.reset_info == {"seed": 3}
+    assert build_trajectory(records[:-1]).final_observation == [5]
+
+
+def test_the_latest_reset_gives_the_first_observation() -> None:
+    records = [
+        _episode(),
+        _span(sc.ENV_RESET, 5, 1, 2, **{sc.OBSERVATION: "[0]"}),
+        _span(sc.ENV_RESET, 6, 3, 4, **{sc.OBSERVATION: "[9]"}),
+        _span(sc.ENV_RESET, 7, 3, 4, **{sc.OBSERVATION: "[8]"}),  # (same start: the later)
+        _step(sc.ENV_STEP, 10, 0, 5, 6),
+    ]
+    assert build_trajectory(records).steps[0].observation == [8]
+    assert build_trajectory([records[0], records[2], records[1], records[4]]).steps[
+        0
+    ].observation == [9]
+    assert (
+        build_trajectory([_episode(), _step(sc.ENV_STEP, 10, 0, 5, 6)]).steps[0].observation is None
+    )
+
+
+def test_outcome_fields_come_from_the_record_then_env_step_then_act_then_timestep() -> None:
+    def step(*parts: tuple[str, dict]) -> Any:
+        records = [_episode()]
+        for number, (name, attributes) in enumerate(parts):
+            records.append(_step(name, 10 + number, 0, 1, 2, **attributes))
+        return build_trajectory(records).steps[0]
+
+    timestep = (sc.TIMESTEP, {sc.REWARD: 1.0, sc.ACTION: "1", sc.DISCOUNT: 0.5})
+    act = (sc.AGENT_ACT, {sc.REWARD: 2.0, sc.ACTION: "2"})
+    env_step = (sc.ENV_STEP, {sc.REWARD: 3.0})
+    recorded = (sc.STEP_RECORD, {sc.REWARD: 4.0, sc.DISCOUNT: 0.25})
+    assert (step(timestep).reward, step(timestep).action, step(timestep).discount) == (1.0, 1, 0.5)
+    assert (step(timestep, act).reward, step(act, timestep).action) == (2.0, 2)
+    assert step(recorded, env_step, act, timestep).reward == 4.0
+    assert step(env_step, act, timestep).reward == 3.0
+    whole = step(recorded, env_step, act, timestep)
+    assert (whole.action, whole.discount) == (2, 0.25)
+    assert step(env_step).action is None and step(env_step).discount is None
+
+
+def test_done_stands_in_only_when_neither_flag_is_given() -> None:
+    def flags(**attributes: Any) -> tuple[bool, bool]:
+        records = [_episode(), _step(sc.ENV_STEP, 10, 0, 1, 2, **attributes)]
+        (step,) = build_trajectory(records).steps
+        return step.terminated, step.truncated
+
+    assert flags() == (False, False)
+    assert flags(**{sc.DONE: True}) == (True, False)
+    assert flags(**{sc.DONE: True, sc.TRUNCATED: True}) == (False, True)
+    assert flags(**{sc.DONE: True, sc.TERMINATED: False}) == (False, False)
+    assert flags(**{sc.TERMINATED: 1, sc.TRUNCATED: 0}) == (True, False)
+
+
+def test_rewards_and_discounts_that_are_no_numbers_are_left_out_and_said() -> None:
+    records = [
+        _episode(),
+        _step(sc.ENV_STEP, 10, 0, 1, 2, **{sc.REWARD: 2, sc.DISCOUNT: True}),
+        _step(sc.ENV_STEP, 11, 1, 3, 4, **{sc.REWARD: "lots", sc.DISCOUNT: "x"}),
+    ]
+    trajectory = build_trajectory(records)
+    first, second = trajectory.steps
+    assert (first.reward, first.discount) == (2.0, 1.0)
+    assert type(first.reward) is float and type(first.discount) is float
+    assert (second.reward, second.discount) == (None, None)
+    assert trajectory.lossy == {
+        "steps[1].reward": (
+            "rl.reward was a string ('lots'), not a number; left out (read as absent)"
+        ),
+        "steps[1].discount": (
+            "rl.discount was a string ('x'), not a number; left out (read as absent)"
+        ),
+    }
+    assert trajectory.return_ == 2.0
+
+
+def test_a_steps_times_are_its_timesteps_else_those_of_its_spans() -> None:
+    records = [
+        _episode(),
+        _step(sc.TIMESTEP, 10, 0, 10, 20),
+        _step(sc.ENV_STEP, 11, 0, 5, 25),  # (outside its timestep: the timestep's times)
+        _step(sc.AGENT_ACT, 12, 1, 30, 33),
+        _step(sc.ENV_STEP, 13, 1, 31, 38),
+        _step(sc.ENV_STEP, 14, 2, 40, None),
+        _step(sc.AGENT_ACT, 15, 3, 50, 0),  # (an end of 0 is no end)
+        _step(sc.ENV_STEP, 16, 3, 45, 52),
+    ]
+    steps = build_trajectory(records).steps
+    assert [(s.start_time, s.end_time) for s in steps] == [
+        (10, 20),
+        (30, 38),
+        (40, None),
+        (45, 52),
+    ]
+
+
+def test_infos_of_several_spans_are_merged_later_roles_winning() -> None:
+    records = [
+        _episode(),
+        _step(sc.TIMESTEP, 10, 0, 1, 9, **{sc.INFO: '{"a": 1, "b": 1}'}),
+        _step(sc.ENV_STEP, 11, 0, 2, 3, **{sc.INFO: '{"b": 2}'}),
+        _step(sc.TIMESTEP, 12, 1, 10, 19, **{sc.INFO: '{"a": 1}'}),
+        _step(sc.ENV_STEP, 13, 1, 11, 12, **{sc.INFO: "[2]"}),  # not both dicts: the last
+        _step(sc.ENV_STEP, 14, 2, 20, 21, **{sc.INFO: "[3]"}),
+        _step(sc.ENV_STEP, 15, 3, 22, 23, **{sc.INFO: ("x", "y")}),  # (a sequence: a list)
+    ]
+    steps = build_trajectory(records).steps
+    assert [s.info for s in steps] == [{"a": 1, "b": 2}, [2], [3], ["x", "y"]]
+
+
+def test_text_that_is_no_json_stays_text_unless_its_scope_is_trusted() -> None:
+    attributes = {sc.ACTION: "left", sc.OBSERVATION: "[1, 2]"}
+    step = _step(sc.ENV_STEP, 10, 0, 1, 2, **attributes)._replace(scope_name="mine")
+    (untrusted,) = build_trajectory([_episode(), step]).steps
+    assert untrusted.action == "left" and untrusted.observation is None
+    assert build_trajectory([_episode(), step]).final_observation == [1, 2]
+    trusted = build_trajectory([_episode(), step], trusted_scope="mine")
+    assert type(trusted.steps[0].__dict__["_action"]).__name__ == "RawJSON"
+    other = build_trajectory([_episode(), step], trusted_scope="theirs")
+    assert other.steps[0].__dict__["_action"] == "left"
+    assert type(other.steps[0].__dict__["_action"]) is str
+
+
+def test_content_nested_past_the_depth_limit_is_kept_as_its_text_and_said() -> None:
+    deep = "[" * 300 + "]" * 300
+    records = [
+        _episode(),
+        _span(sc.ENV_RESET, 5, 1, 2, **{sc.INFO: deep}),
+        _step(sc.ENV_STEP, 10, 0, 3, 4, **{sc.ACTION: deep, sc.OBSERVATION: deep}),
+        _chat(20, 3, 4, parent=10, **{sc.GEN_AI_INPUT_MESSAGES: deep}),
+        _tool(21, 3, 4, parent=10),
+    ]
+    trajectory = build_trajectory(records)
+    said = (
+        'nested deeper than 256 levels of lists and objects: kept as its JSON text, {"$json": text}'
+    )
+    assert trajectory.lossy == {
+        "steps[0].action": said,
+        "steps[0].observation": said,
+        "steps[0].llm_calls[0].input_messages": said,
+        "final_observation": said,
+        "reset_info": said,
+    }
+    assert trajectory.steps[0].action == {"$json": deep}
+
+
+# --- the episode span, its statuses and its scores --------------------------------------------
+
+
+def test_the_earliest_episode_span_is_the_episode_and_the_others_fill_it_in() -> None:
+    outer = _episode(0, 100, **{"a": 1, sc.EPISODE_RETURN: 99.0, sc.EPISODE_LENGTH: 9})
+    inner = _span(sc.EPISODE, 2, 5, 90, 1, **{sc.EPISODE_ID: "in", "a": 2, "b": 3})
+    later = _span(sc.EPISODE, 3, 6, 80, 1, **{sc.EPISODE_ID: "in2", "b": 4, "c": 5})
+    steps = [_step(sc.ENV_STEP, 10, 0, 7, 8, **{sc.REWARD: 1.0, sc.TERMINATED: True})]
+    trajectory = build_trajectory([later, inner, outer, *steps])
+    assert trajectory.episode_id == "ep" and trajectory.start_time == 0
+    assert trajectory.attributes == {"a": 1, "b": 3, "c": 5}
+    assert (trajectory.return_, trajectory.length) == (1.0, 1)  # (counted from the steps)
+    assert trajectory.status == sc.STATUS_COMPLETED
+
+
+def test_an_inner_episode_span_that_failed_fails_the_episode() -> None:
+    outer = _episode(0, 100, **{sc.EPISODE_STATUS: sc.STATUS_COMPLETED})
+    inner = _span(sc.EPISODE, 2, 5, 90, 1, **{sc.EPISODE_ID: "in"})._replace(
+        status_code="ERROR", status_message="boom"
+    )
+    step = _step(sc.ENV_STEP, 10, 0, 7, 8, **{sc.TERMINATED: True})
+    trajectory = build_trajectory([outer, inner, step])
+    assert trajectory.status == sc.STATUS_ERRORED
+    assert trajectory.error is not None and trajectory.error.message == "boom"
+    cancelled = _episode(0, 100, **{sc.EPISODE_STATUS: sc.STATUS_CANCELLED})
+    assert build_trajectory([cancelled, inner, step]).status == sc.STATUS_CANCELLED
+
+
+def test_a_failed_step_span_errs_an_ended_episode_span_that_says_no_status() -> None:
+    failed = _step(sc.ENV_STEP, 10, 0, 7, 8)._replace(status_code="ERROR", status_message="bad")
+    trajectory = build_trajectory([_episode(), failed])
+    assert trajectory.status == sc.STATUS_ERRORED and trajectory.error.message == "bad"
+    stated = build_trajectory([_episode(**{sc.EPISODE_STATUS: "truncated"}), failed])
+    assert stated.status == "truncated"
+    bad_status = build_trajectory(
+        [_episode(**{sc.EPISODE_STATUS: 5}), _step(sc.ENV_STEP, 10, 0, 7, 8)]
+    )
+    assert bad_status.status == sc.STATUS_TRUNCATED  # (left out: derived)
+    assert bad_status.lossy == {
+        "status": "rl.episode.status was an integer (5), not a string; left out (read as absent)"
+    }
+
+
+def test_stated_returns_that_are_no_numbers_are_computed_and_said() -> None:
+    steps = [_step(sc.ENV_STEP, 10, 0, 1, 2, **{sc.REWARD: 1.5})]
+    assert build_trajectory([_episode(**{sc.EPISODE_RETURN: 3}), *steps]).return_ == 3.0
+    assert build_trajectory([_episode(**{sc.EPISODE_RETURN: 2.5}), *steps]).return_ == 2.5
+    text = build_trajectory([_episode(**{sc.EPISODE_RETURN: "7"}), *steps])
+    assert text.return_ == 1.5
+    assert text.lossy == {
+        "return": "rl.episode.return was a string ('7'), not a number; left out (read as absent)"
+    }
+
+
+def test_scores_apply_to_the_episode_and_a_malformed_one_is_left_out() -> None:
+    score = _span(sc.SCORE, 30, 50, 60, 1, **{sc.SCORE_VALUE: 2.0, sc.SCORE_NAME: "reward"})
+    bad = _span(sc.SCORE, 31, 50, 61, 1, **{sc.SCORE_VALUE: "x"})
+    step = _step(sc.ENV_STEP, 10, 0, 1, 2, **{sc.REWARD: 1.0})
+    trajectory = build_trajectory([_episode(0, 40), step, score, bad], "ep")
+    assert trajectory.return_ == 3.0 and trajectory.steps[0].reward == 3.0
+    assert trajectory.end_time == 40  # (a score is no part of the episode's time span)
+    assert build_trajectory([_episode(0, 40), step, score]).return_ == 1.0  # (no id to join)
+
+
+def test_an_assemblys_state_as_records_arrive() -> None:
+    assembly = EpisodeAssembly()
+    assert assembly.empty and not assembly.ended and not assembly.complete
+    assert not assembly.only_scores
+    assembly.add([_span(sc.SCORE, 30, 50, 60, 1, **{sc.SCORE_VALUE: 2.0})])
+    assert assembly.empty and assembly.only_scores
+    step = _step(sc.ENV_STEP, 10, 0, 1, 2, **{sc.REWARD: 1.0, "k": "abc"})
+    assembly.add([step])
+    assert not assembly.empty and not assembly.only_scores and not assembly.ended
+    assert assembly.retained_bytes == 560 + 90 * 3 + 3  # (a fixed cost, per key, its text)
+    assembly.add([_episode(0, None, **{sc.EPISODE_LENGTH: 2})])
+    assert not assembly.ended and not assembly.complete and assembly.has_span(1)
+    assert not assembly.has_span(10)
+    assembly.add([_episode(0, 100, **{sc.EPISODE_LENGTH: 2})._replace(span_id=2)])
+    assert not assembly.ended  # (the first of two spans at one start stays the episode's)
+    ended = EpisodeAssembly()
+    ended.add([_episode(0, 100, **{sc.EPISODE_LENGTH: 2}), step])
+    assert ended.ended and not ended.complete
+    ended.add([_step(sc.ENV_STEP, 11, 1, 3, 4)])
+    assert ended.complete
+    unstated = EpisodeAssembly()
+    unstated.add([_episode(0, 100)])
+    assert unstated.complete
+
+
+def test_indices_that_are_no_counts_make_no_step() -> None:
+    records = [
+        _episode(),
+        _step(sc.ENV_STEP, 10, True, 1, 2),
+        _step(sc.ENV_STEP, 11, -1, 3, 4),
+        _step(sc.ENV_STEP, 12, 1 << 63, 5, 6),
+        _step(sc.ENV_STEP, 13, 0, 7, 8),
+    ]
+    trajectory = build_trajectory(records)
+    assert [s.index for s in trajectory.steps] == [0]
+    assert trajectory.length == 1 and trajectory.missing_steps == []
