@@ -444,3 +444,81 @@ def test_indices_that_are_no_counts_make_no_step() -> None:
     trajectory = build_trajectory(records)
     assert [s.index for s in trajectory.steps] == [0]
     assert trajectory.length == 1 and trajectory.missing_steps == []
+
+
+# --- an episode rebuilt a stretch at a time ---------------------------------------------------
+
+
+def _long_episode(steps: int) -> list[SpanRecord]:
+    """Spans in the order they end: a reset, then per step a model call, an env.step and
+    the timestep around them (step t: observation [t], reward t % 3, one call), the episode
+    span last."""
+    records = [_span(sc.ENV_RESET, 2, 1, 2, **{sc.OBSERVATION: "[0]"})]
+    for t in range(steps):
+        start = 100 * (t + 1)
+        step_id = 1000 + t
+        records.append(_chat(3000 + t, start + 1, start + 2, parent=step_id))
+        attributes = {sc.OBSERVATION: "[%d]" % (t + 1), sc.REWARD: float(t % 3)}
+        if t == steps - 1:
+            attributes[sc.TERMINATED] = True
+        records.append(_span(sc.ENV_STEP, 2000 + t, start + 3, start + 4, step_id, **{
+            sc.TIMESTEP_INDEX: t, **attributes}))  # fmt: skip
+        records.append(_step(sc.TIMESTEP, step_id, t, start, start + 5))
+    records.append(_episode(0, 100 * (steps + 1)))
+    return records
+
+
+def test_a_long_episode_rebuilt_in_stretches_is_what_was_played() -> None:
+    let_go: list[SpanRecord] = []
+    assembly = EpisodeAssembly(max_bytes=4_000, on_let_go=let_go.extend)
+    records = _long_episode(40)
+    for record in records:
+        assembly.add([record])
+    trajectory = assembly.trajectory()
+    assert assembly.late == 0 and len(let_go) > 40
+    assert {r.name for r in let_go} == {sc.TIMESTEP, sc.ENV_STEP, "chat m"}
+    assert [s.index for s in trajectory.steps] == list(range(40))
+    assert [s.observation for s in trajectory.steps] == [[t] for t in range(40)]
+    assert trajectory.final_observation == [40]
+    assert [s.reward for s in trajectory.steps] == [float(t % 3) for t in range(40)]
+    assert trajectory.return_ == float(sum(t % 3 for t in range(40)))
+    assert [[c.start_time for c in s.llm_calls] for s in trajectory.steps] == [
+        [100 * (t + 1) + 1] for t in range(40)
+    ]
+    assert [(s.start_time, s.end_time) for s in trajectory.steps][:2] == [(100, 105), (200, 205)]
+    assert (trajectory.status, trajectory.length, trajectory.missing_steps) == (
+        sc.STATUS_COMPLETED,
+        40,
+        [],
+    )
+    assert (trajectory.start_time, trajectory.end_time) == (0, 4100)
+
+
+def test_settling_finishes_the_older_half_and_keeps_the_last_two() -> None:
+    assembly = EpisodeAssembly(max_bytes=10**9)
+    records = _long_episode(10)
+    assembly.add(records[:-1])  # (steps 0..9 held)
+    assert assembly.settle() == 5  # (steps 0..4: half of the 10 past none)
+    assert assembly.settle() == 2  # (steps 5 and 6: half of the 5 past step 4)
+    assert assembly.settle() == 1  # (step 7: never one of the last two seen)
+    assert assembly.settle() == 0  # (steps 8 and 9 stay)
+    held = {r.attributes.get(sc.TIMESTEP_INDEX) for r in assembly.records if r.name != "chat m"}
+    assert held == {None, 8, 9}  # (None: the reset)
+    assembly.add(records[-1:])
+    trajectory = assembly.trajectory()
+    assert [s.observation for s in trajectory.steps] == [[t] for t in range(10)]
+    assert [len(s.llm_calls) for s in trajectory.steps] == [1] * 10
+    assert trajectory.return_ == float(sum(t % 3 for t in range(10)))
+
+
+def test_records_of_finished_steps_are_left_out_and_counted() -> None:
+    assembly = EpisodeAssembly(max_bytes=10**9)
+    records = _long_episode(10)
+    assembly.add(records[:-1])
+    assembly.settle()  # (steps 0..4 finished)
+    late_call = _chat(3999, 301, 302)  # (under no step, started before step 4's start)
+    assembly.add([records[1], records[2], records[3], late_call, records[-1]])
+    assert assembly.late == 2  # (step 0's env.step and timestep; calls count when placed)
+    trajectory = assembly.trajectory()
+    assert assembly.late == 4  # (step 0's call, and the call under no step)
+    assert [len(s.llm_calls) for s in trajectory.steps] == [1] * 10
