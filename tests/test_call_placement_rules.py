@@ -255,3 +255,62 @@ def test_a_turn_whose_answer_was_not_recorded_is_not_ended() -> None:
 def test_an_empty_answer_is_the_turns_action() -> None:
     step = _turn(**{sc.GEN_AI_OUTPUT_MESSAGES: "[]"})
     assert (step.action, step.terminated) == ([], False)
+
+
+# --- a call's own step --------------------------------------------------------------------------
+
+
+def test_a_call_up_to_255_spans_below_its_step_span_is_in_that_step() -> None:
+    # step 0's span is the call's ancestor; by its time it would go to step 1, the next to start
+    for hops, expected in ((1, [1, 0]), (255, [1, 0]), (256, [0, 1])):
+        records = _chain(_timestep(10, 0, 5), 30, hops, lambda i, s, p: _chat(i, s + 10, p))
+        steps = _steps(*records, _timestep(11, 1, 50))
+        assert [len(s.llm_calls) for s in steps] == expected, hops
+
+
+def test_the_nearest_step_span_names_the_step_not_an_index_elsewhere() -> None:
+    records = [
+        _timestep(10, 0, 5),
+        _timestep(11, 1, 50),
+        _span("work", 12, 6, 10, **{sc.TIMESTEP_INDEX: 1}),  # (no step span)
+        _chat(20, 7, 12, **{sc.TIMESTEP_INDEX: 1}),
+        _chat(21, 8, **{sc.TIMESTEP_INDEX: "1"}),  # (no index: by its time, step 1)
+    ]
+    first, second = _steps(*records)
+    assert [c.start_time for c in first.llm_calls] == [7]
+    assert [c.start_time for c in second.llm_calls] == [8]
+
+
+def test_a_turn_still_open_has_no_end() -> None:
+    (turn,) = _steps(_chat(20, 5)._replace(end_time=None))
+    assert (turn.start_time, turn.end_time) == (5, None)
+
+
+# --- what a turn takes from its model calls, when its spans say more --------------------------
+
+
+def _indexed_turn(index: int, start: int, **attributes: Any) -> SpanRecord:
+    more = {sc.TIMESTEP_INDEX: index, sc.TIMESTEP_TURN: True, **attributes}
+    return _chat(20 + index, start, **more)
+
+
+def test_each_turn_with_a_final_answer_ends_with_it() -> None:
+    final = _asks(("c1", "final_answer", {"answer": 4}))
+    records = [
+        _indexed_turn(0, 5, **{sc.GEN_AI_OUTPUT_MESSAGES: final}),
+        _indexed_turn(1, 15, **{sc.GEN_AI_OUTPUT_MESSAGES: final}),
+    ]
+    assert [(s.action, s.terminated) for s in _steps(*records)] == [(4, True), (4, True)]
+    flagged = _indexed_turn(0, 5, **{sc.GEN_AI_OUTPUT_MESSAGES: final, sc.TERMINATED: False})
+    (step,) = _steps(flagged)
+    assert step.terminated is False  # (its span set the flag)
+
+
+def test_a_turn_whose_span_set_its_flags_is_not_cut_by_its_finish_reason() -> None:
+    records = [
+        _indexed_turn(
+            0, 5, **{sc.TRUNCATED: False, sc.GEN_AI_RESPONSE_FINISH_REASONS: ("length",)}
+        ),
+        _indexed_turn(1, 15, **{sc.GEN_AI_RESPONSE_FINISH_REASONS: ("length",)}),
+    ]
+    assert [s.truncated for s in _steps(*records)] == [False, True]
