@@ -266,6 +266,45 @@ _LEVELS = [
 ]
 
 
+_LEVELS += [
+    ("list in a dict", lambda: {"a": [1]}, {"a": [1]}, 2),
+    ("list in a tuple", lambda: ([1],), {"$tuple": [[1]]}, 3),
+    ("list in pairs", lambda: {1: [2]}, {"$dict": [[1, [2]]]}, 4),
+    ("tuple key", lambda: {(1,): 2}, {"$dict": [[{"$tuple": [1]}, 2]]}, 5),
+    (
+        "list in an object array",
+        lambda: np.array([None, [1]], dtype=object)[1:],
+        {"$ndarray": {"dtype": "|O", "shape": [1], "data": [[1]]}},
+        4,
+    ),
+    # tags whose body is a scalar, or an object of scalars: the tag's levels alone
+    ("bytes", lambda: b"x", {"$bytes": "eA=="}, 1),
+    ("datetime", lambda: dt.datetime(2024, 1, 2), {"$datetime": "2024-01-02T00:00:00"}, 1),
+    ("date", lambda: dt.date(2024, 1, 2), {"$date": "2024-01-02"}, 1),
+    ("nan", lambda: math.nan, {"$float": "nan"}, 1),
+    ("enum", lambda: Color.RED, {"$enum": {"type": "test_codec_rules:Color", "value": "r"}}, 2),
+    ("numpy scalar", lambda: np.int8(3), {"$numpy": {"dtype": "|i1", "value": 3}}, 2),
+    (
+        "numpy nan",
+        lambda: np.float64("nan"),
+        {"$numpy": {"dtype": "<f8", "value": {"$float": "nan"}}},
+        3,
+    ),
+    (
+        "numpy bytes",
+        lambda: np.complex64(1),
+        {"$numpy": {"dtype": "<c8", "b64": "AACAPwAAAAA="}},
+        2,
+    ),
+    (
+        "raw array",
+        lambda: np.zeros(1, dtype="<c8"),
+        {"$ndarray": {"dtype": "<c8", "shape": [1], "b64": "AAAAAAAAAAA="}},
+        3,
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("make", "data", "levels"), [c[1:] for c in _LEVELS], ids=[c[0] for c in _LEVELS]
 )
@@ -291,6 +330,21 @@ def test_the_json_text_of_a_too_deep_value_is_that_value(make, data, levels) -> 
     back = codec.loads(codec.dumps(deep))
     assert type(back) is Tagged and back == encoded
     assert codec.dumps(back) == codec.dumps(deep)  # (kept: written back as read)
+
+
+def test_the_fallback_counts_its_two_levels(monkeypatch) -> None:
+    monkeypatch.setattr(codec, "_warned_types", set())
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "O"
+
+    body = {"$unserializable": {"type": "test_codec_rules:Opaque", "repr": "O"}}
+    Opaque.__qualname__ = "Opaque"
+    with pytest.warns(codec.UnserializableValueWarning):
+        assert codec.encode(_nest(Opaque(), MAX_DEPTH - 2)) == _nest(body, MAX_DEPTH - 2)
+    deep = codec.encode(_nest(Opaque(), MAX_DEPTH - 1))
+    assert set(deep) == {"$json"} and json.loads(deep["$json"]) == _nest(body, MAX_DEPTH - 1)
 
 
 def test_decoding_keeps_data_nested_past_max_depth_as_its_text() -> None:

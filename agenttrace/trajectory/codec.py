@@ -116,9 +116,11 @@ def _type_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _encode_float(value: float) -> Any:
+def _encode_float(value: float, depth: int) -> Any:
     if math.isfinite(value):
         return value
+    if depth >= MAX_DEPTH:  # ({"$float": "nan"}: one level)
+        raise _TooDeep
     return {"$float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
 
 
@@ -130,16 +132,16 @@ class _TooDeep(Exception):
 def _encode_ndarray(array: np.ndarray, redact: bool, depth: int) -> dict:
     # {"$ndarray": {..., "data": [...]}}: the data list is 3 levels in, nested lists ndim deep
     kind = array.dtype.kind
+    if depth + 3 > MAX_DEPTH:  # (the shape list, in every form, is 3 levels in)
+        raise _TooDeep
     header = {"dtype": array.dtype.str, "shape": list(array.shape)}
     if kind == "O":
-        if depth + 3 > MAX_DEPTH:
-            raise _TooDeep
         header["data"] = [_encode(item, redact, depth + 3) for item in array.ravel().tolist()]
         return {"$ndarray": header}
     if (array.size <= INLINE_ARRAY_LIMIT and kind in "biuU") or (
         kind == "f" and array.size <= INLINE_ARRAY_LIMIT and bool(np.isfinite(array).all())
     ):
-        if depth + 2 + max(array.ndim, 1) > MAX_DEPTH:
+        if depth + 2 + array.ndim > MAX_DEPTH:  # (the data list's levels: ndim)
             raise _TooDeep
         header["data"] = array.tolist()
         return {"$ndarray": header}
@@ -176,7 +178,9 @@ def _encode_dict(value: dict, redact: bool, depth: int = 0) -> Any:
     return {"$dict": pairs}
 
 
-def _fallback(value: Any) -> dict:
+def _fallback(value: Any, depth: int) -> dict:
+    if depth + 2 > MAX_DEPTH:  # ({"$unserializable": {...}}: two levels)
+        raise _TooDeep
     path = _type_path(type(value))
     if path not in _warned_types:
         _warned_types.add(path)
@@ -214,7 +218,7 @@ def _encode(value: Any, redact: bool, depth: int) -> Any:
     if cls is str or cls is int or cls is bool or value is None:
         return value
     if cls is float:
-        return _encode_float(value)
+        return _encode_float(value, depth)
     if cls is list:
         if depth >= MAX_DEPTH:
             raise _TooDeep
@@ -229,21 +233,27 @@ def _encode(value: Any, redact: bool, depth: int) -> Any:
     if cls is tuple:
         return {"$tuple": _items(value, redact, depth)}
     if isinstance(value, np.generic):
+        if depth + 2 > MAX_DEPTH:
+            raise _TooDeep
         item = value.item()
         if isinstance(item, (bool, int, float, str)) and value.dtype.kind not in "mM":
-            return {"$numpy": {"dtype": value.dtype.str, "value": _encode(item, False, 0)}}
+            return {"$numpy": {"dtype": value.dtype.str, "value": _encode(item, False, depth + 2)}}
         raw = base64.b64encode(value.tobytes()).decode("ascii")
         return {"$numpy": {"dtype": value.dtype.str, "b64": raw}}
     if isinstance(value, (bytes, bytearray, memoryview)):
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, enum.Enum):
+        if depth + 2 > MAX_DEPTH:
+            raise _TooDeep
         return {"$enum": {"type": _type_path(cls), "value": _encode(value.value, False, depth + 2)}}
     if isinstance(value, bool):  # bool subclasses (rare) before int
         return bool(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return _encode_float(float(value))
+        return _encode_float(float(value), depth)
     if isinstance(value, str):
         return str(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -258,16 +268,18 @@ def _encode(value: Any, redact: bool, depth: int) -> Any:
         try:
             fields = value.model_dump(mode="python")
         except Exception:
-            return _fallback(value)
+            return _fallback(value, depth)
         return {
             "$pydantic": {
                 "type": _type_path(cls),
                 "fields": _encode_dict(fields, redact, depth + 2),
             }
         }
-    if isinstance(value, _dt.datetime):
-        return {"$datetime": value.isoformat()}
-    if isinstance(value, _dt.date):
+    if isinstance(value, _dt.date):  # ($datetime or $date: one level)
+        if depth >= MAX_DEPTH:
+            raise _TooDeep
+        if isinstance(value, _dt.datetime):
+            return {"$datetime": value.isoformat()}
         return {"$date": value.isoformat()}
     if isinstance(value, (set, frozenset)):  # (one order in every process: see module doc)
         tag = "$frozenset" if isinstance(value, frozenset) else "$set"
@@ -280,7 +292,7 @@ def _encode(value: Any, redact: bool, depth: int) -> Any:
         return [_encode(item, redact, depth + 1) for item in value]
     if isinstance(value, tuple):  # subclasses such as NamedTuple
         return {"$tuple": _items(value, redact, depth)}
-    return _fallback(value)
+    return _fallback(value, depth)
 
 
 def _kept(data: Any, redact: bool, depth: int) -> Any:
