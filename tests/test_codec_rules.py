@@ -9,6 +9,7 @@ import datetime as dt
 import enum
 import json
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -527,3 +528,356 @@ def test_a_damaged_float_in_a_trajectory_line_is_reported_with_its_field(body) -
     with pytest.raises(TrajectoryFormatError, match=r"malformed \$float value") as raised:
         Trajectory.from_dict({**good, "return": {"$float": body}})
     assert raised.value.field == "return"
+
+
+# --- rules each mutant of the codec broke unseen ----------------------------------------------
+
+
+@pytest.fixture
+def fresh_memos(monkeypatch):
+    """The codec's per-process memos emptied (another test may have filled them)."""
+    monkeypatch.setattr(codec, "_KNOWN_JSON", {})
+    monkeypatch.setattr(codec, "_last_json", None)
+    monkeypatch.setattr(codec, "_last_checked", None)
+    monkeypatch.setattr(codec, "_warned_types", set())
+
+
+class Shade(enum.Enum):
+    PAIR = (1, 2)
+
+
+class Outer:
+    class Inner(enum.Enum):
+        A = 1
+
+
+@dataclasses.dataclass
+class Empty:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    password: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordTuple(tuple):
+    x: int
+
+    def __new__(cls, x):
+        return super().__new__(cls, (x,))
+
+
+class ModelTuple(tuple):
+    model_fields: dict = {}
+
+    def model_dump(self, mode: str) -> dict:
+        return {"items": list(self)}
+
+
+def test_secrets_in_keys_object_arrays_pairs_and_kept_tags() -> None:
+    items = np.empty(1, dtype=object)
+    items[0] = {"token": "s"}
+    value = {
+        Key("p"): 1,
+        2: {"token": "s"},
+        "array": items,
+        "kept": Tagged({"$x": {1: "a", "token": "s"}}),
+        "kept list": Tagged({"$x": [{"token": "s"}]}),
+        "kept tuple": Tagged({"$x": ({"token": "s"},)}),
+    }
+    assert codec.encode(value, redact_secrets=True) == {
+        "$dict": [
+            [
+                {
+                    "$dataclass": {
+                        "type": "test_codec_rules:Key",
+                        "fields": {"password": "[REDACTED]"},
+                    }
+                },
+                1,
+            ],
+            [2, {"token": "[REDACTED]"}],
+            [
+                "array",
+                {"$ndarray": {"dtype": "|O", "shape": [1], "data": [{"token": "[REDACTED]"}]}},
+            ],
+            ["kept", {"$x": {"$dict": [[1, "a"], ["token", "[REDACTED]"]]}}],
+            ["kept list", {"$x": [{"token": "[REDACTED]"}]}],
+            ["kept tuple", {"$x": {"$tuple": [{"token": "[REDACTED]"}]}}],
+        ]
+    }
+
+
+def test_a_kept_tag_at_the_edge() -> None:
+    flat, listed = Tagged({"$x": 1}), Tagged({"$x": [[1]]})  # one level, three
+    assert codec.encode(_nest(flat, MAX_DEPTH - 1)) == _nest({"$x": 1}, MAX_DEPTH - 1)
+    assert set(codec.encode(_nest(flat, MAX_DEPTH))) == {"$json"}
+    assert codec.encode(_nest(listed, MAX_DEPTH - 3)) == _nest({"$x": [[1]]}, MAX_DEPTH - 3)
+    text = codec.encode(_nest(listed, MAX_DEPTH - 2))["$json"]
+    assert json.loads(text) == _nest({"$x": [[1]]}, MAX_DEPTH - 2)
+    nested = Tagged({"$x": {"a": {"b": 1}}})  # three levels of objects
+    assert codec.encode(_nest(nested, MAX_DEPTH - 3)) == _nest(dict(nested), MAX_DEPTH - 3)
+    assert set(codec.encode(_nest(nested, MAX_DEPTH - 2))) == {"$json"}
+
+
+def test_the_json_text_of_deep_values_holding_tags_objects_and_shared_items() -> None:
+    kept = Tagged({"$x": {"token": "s", "a": 1}})
+    edge = Tagged({"$x": _nest({"token": "s"}, MAX_DEPTH - 2)})  # 256 levels
+    beyond = Tagged({"$x": _nest(1, 300)})
+    shared = [1]
+    value = _nest(
+        [
+            kept,
+            edge,
+            beyond,
+            Point({"token": "s"}),
+            Point(_nest(1, MAX_DEPTH - 3)),  # 256 levels
+            Point(_nest(1, 300)),
+            shared,
+            shared,
+            {"$y": 1},
+            {"a": 1, "b": 2},
+            frozenset({1, 2}),
+            {3, 4},
+            ModelTuple((5, 6)),
+            RecordTuple(7),
+        ],
+        MAX_DEPTH,
+    )
+    text = codec.encode(value, redact_secrets=True)["$json"]
+    assert json.loads(text) == _nest(
+        [
+            {"$x": {"token": "[REDACTED]", "a": 1}},
+            {"$x": _nest({"token": "[REDACTED]"}, MAX_DEPTH - 2)},
+            {"$x": _nest(1, 300)},
+            {
+                "$dataclass": {
+                    "type": "test_codec_rules:Point",
+                    "fields": {"x": {"token": "[REDACTED]"}, "y": None},
+                }
+            },
+            {
+                "$dataclass": {
+                    "type": "test_codec_rules:Point",
+                    "fields": {"x": _nest(1, MAX_DEPTH - 3), "y": None},
+                }
+            },
+            {"$unserializable": {"type": "test_codec_rules:Point", "repr": "<nested too deeply>"}},
+            [1],
+            [1],
+            {"$dict": [["$y", 1]]},
+            {"a": 1, "b": 2},
+            {"$frozenset": [1, 2]},
+            {"$set": [3, 4]},
+            {"$pydantic": {"type": "test_codec_rules:ModelTuple", "fields": {"items": [5, 6]}}},
+            {"$dataclass": {"type": "test_codec_rules:RecordTuple", "fields": {"x": 7}}},
+        ],
+        MAX_DEPTH,
+    )
+    tuples: Any = 1
+    for _ in range(200):  # 400 levels of $tuple
+        tuples = (tuples,)
+    expected: Any = 1
+    for _ in range(200):
+        expected = {"$tuple": [expected]}
+    assert json.loads(codec.encode(tuples)["$json"]) == expected
+
+
+def test_a_container_that_holds_itself_has_no_json_form() -> None:
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(RecursionError, match=r"^a container that holds itself has no JSON form$"):
+        codec.encode(loop)
+
+
+def test_deep_data_with_nan_keeps_its_text_unredacted() -> None:
+    data = _nest({"token": "s", "x": math.nan}, 300)  # (json.loads reads NaN)
+    text = codec.decode(data)["$json"]
+    assert json.loads(text) == _nest({"token": "s", "x": {"$float": "nan"}}, 300)
+
+
+def test_deep_bytes_with_a_lone_surrogate_read_as_their_text() -> None:
+    for levels in (300, 5000):  # (kept by the decoder; refused by json.loads)
+        raw = b"[" * levels + b'"\xed\xa0\x80"' + b"]" * levels
+        assert codec.loads(raw) == {"$json": raw.decode("utf-8", "surrogatepass")}
+
+
+def test_arrays_keep_their_shape_and_their_limit() -> None:
+    wide = np.arange(1200, dtype="<i2").reshape(2, 600)  # raw bytes
+    back = codec.loads(codec.dumps(wide))
+    assert back.shape == (2, 600) and back.tolist() == wide.tolist()
+    objects = np.empty((1, 2), dtype=object)
+    objects[0, 0], objects[0, 1] = (1,), None
+    back = codec.loads(codec.dumps(objects))
+    assert back.shape == (1, 2) and back.tolist() == [[(1,), None]]
+    assert len(codec.encode(np.zeros(1024, dtype="<f4"))["$ndarray"]["data"]) == 1024
+    assert "b64" in codec.encode(np.zeros(1025, dtype="<f4"))["$ndarray"]
+
+
+def test_decoding_tags_at_the_edge() -> None:
+    pairs = {"$dict": [[[1], 2]]}  # the key's list: 4 levels
+    assert codec.decode(_nest(pairs, MAX_DEPTH - 4)) == _nest({(1,): 2}, MAX_DEPTH - 4)
+    assert set(codec.decode(_nest(pairs, MAX_DEPTH - 3))) == {"$json"}
+    objects = {"$ndarray": {"dtype": "|O", "shape": [1], "data": [[1]]}}  # 4 levels
+    array = codec.decode(_nest(objects, MAX_DEPTH - 4))
+    for _ in range(MAX_DEPTH - 4):
+        array = array[0]
+    assert array.dtype == object and array.shape == (1,)
+    assert set(codec.decode(_nest(objects, MAX_DEPTH - 3))) == {"$json"}
+
+
+def test_numpy_tags_read_as_their_dtype() -> None:
+    empty = codec.decode({"$numpy": {"dtype": "|S0", "b64": ""}})
+    assert type(empty) is np.bytes_ and bytes(empty) == b""
+    span = codec.decode({"$numpy": {"dtype": "<m8[s]", "value": 3}})
+    assert span.dtype == np.dtype("<m8[s]") and span == np.timedelta64(3, "s")
+    no_text = codec.decode({"$ndarray": {"dtype": "<U0", "shape": [0], "data": []}})
+    assert no_text.shape == (0,) and no_text.dtype.kind == "U"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"$float": "12.5"},
+            r"""^malformed \$float value: not "nan", "inf" or "-inf" but '12.5'$""",
+        ),
+        ({"$float": []}, r"""^malformed \$float value: not "nan", "inf" or "-inf" but \[\]$"""),
+        (
+            {"$numpy": {"dtype": 5, "value": 1}},
+            r"^malformed \$numpy value: a dtype is written as text, got int$",
+        ),
+        (
+            {"$numpy": {"dtype": "V8", "b64": "AAAAAAAAAAA="}},
+            r"^malformed \$numpy value: dtype 'V8' is not one agenttrace writes$",
+        ),
+        ({"$json": 5}, r"^malformed \$json value: \$json holds JSON text$"),
+    ],
+)
+def test_malformed_tags_say_what_is_wrong(data, message) -> None:
+    with pytest.raises(ValueDecodeError, match=message):
+        codec.decode(data)
+
+
+def test_classes_are_found_by_their_qualified_name_and_rebuilt_only_by_their_tag() -> None:
+    assert (
+        codec.decode({"$enum": {"type": "test_codec_rules:Outer.Inner", "value": 1}})
+        is Outer.Inner.A
+    )
+    pair = codec.decode({"$enum": {"type": "test_codec_rules:Shade", "value": {"$tuple": [1, 2]}}})
+    assert pair is Shade.PAIR
+    for data in (
+        {"$enum": {"type": "test_codec_rules:NoSuchClass", "value": 1}},
+        {"$dataclass": {"type": "test_codec_rules:Empty", "fields": []}},
+        {"$pydantic": {"type": "test_codec_rules:Point", "fields": {"x": 1, "y": 2}}},
+    ):
+        assert type(codec.decode(data)) is Tagged and codec.decode(data) == data
+    assert codec.decode({"$dataclass": {"type": "test_codec_rules:Empty", "fields": {}}}) == Empty()
+
+
+def test_a_dataclass_field_outside_init_not_written_keeps_its_default() -> None:
+    @dataclasses.dataclass
+    class Later:
+        a: int
+        b: int = dataclasses.field(init=False, default=0)
+
+    globals()["Later"] = Later
+    Later.__qualname__ = "Later"
+    try:
+        back = codec.decode({"$dataclass": {"type": "test_codec_rules:Later", "fields": {"a": 1}}})
+        assert type(back) is Later and (back.a, back.b) == (1, 0)
+    finally:
+        del globals()["Later"]
+
+
+def test_pydantic_models_come_back_only_by_their_tag_and_without_kept_tags() -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Model(pydantic.BaseModel):
+        a: int
+        c: Any = None
+
+    globals()["Model"] = Model
+    Model.__qualname__ = "Model"
+    try:
+        for data in (
+            {"$dataclass": {"type": "test_codec_rules:Model", "fields": {"a": 1}}},
+            {"$pydantic": {"type": "test_codec_rules:Model", "fields": {"a": 1, "c": {"$x": 1}}}},
+        ):
+            assert type(codec.decode(data)) is Tagged and codec.decode(data) == data
+        assert codec.decode(
+            {"$pydantic": {"type": "test_codec_rules:Model", "fields": {"a": 1}}}
+        ) == Model(a=1)
+    finally:
+        del globals()["Model"]
+
+
+def test_the_unserializable_warning_comes_once_per_type(fresh_memos) -> None:
+    class Thing:
+        pass
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        codec.encode([Thing(), Thing()])
+    assert [str(w.message) for w in caught] == [
+        f"agenttrace: values of type test_codec_rules:{Thing.__qualname__} have no faithful JSON"
+        " form; recording them as repr() (a '$unserializable' object)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (" NaN", True),  # (msgspec refuses NaN: the scanner, or json.loads, decides)
+        ("NaN", True),
+        ("[NaN, 1]", True),
+        ('{"a": [1, 2, 3], "b": "long"}', True),
+        ('{"a": [1, 2, 3], "b": "long"', False),
+        ('[NaN, "long enough"]', True),
+    ],
+)
+def test_is_json_answers_as_json_loads_does_with_empty_memos(fresh_memos, text, expected) -> None:
+    assert codec.is_json(text) is expected
+    assert codec.is_json(text) is expected
+
+
+def test_the_fast_parser_decides_for_text_that_cannot_nest_too_deeply(
+    monkeypatch, fresh_memos
+) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(codec, "_fast_loads", asked.append)  # (accepts anything)
+    short_deep = "[" * 600  # under 1,000 characters
+    long_flat = "[" * 499 + " " * 600
+    assert codec.is_json(short_deep) and codec.is_json(long_flat)
+    assert codec.is_json("[" * 500 + " " * 500, brackets=0)  # (the caller's count)
+    assert asked == [short_deep, long_flat, "[" * 500 + " " * 500]
+    for text in ("[" * 500 + " " * 501, "{" * 500 + " " * 500, "[" * 250 + "{" * 250 + " " * 500):
+        assert not codec.is_json(text)  # (json decides: not JSON)
+    assert not codec.is_json("[" * 600 + " " * 600, brackets=600)
+    assert len(asked) == 3
+
+
+def test_the_memo_of_short_json_is_bounded(fresh_memos) -> None:
+    for number in range(codec._KNOWN_LIMIT + 1):
+        assert codec.is_json(str(number))
+    assert len(codec._KNOWN_JSON) == 1
+    assert codec.is_json("[1234567890,123]") and "[1234567890,123]" in codec._KNOWN_JSON  # 16
+
+
+def test_checked_and_raw_json_give_the_text_they_were_given(fresh_memos, monkeypatch) -> None:
+    assert codec.as_raw_json("[1]", trusted=True) == "[1]"
+    assert codec.as_raw_json("[2]", trusted=False) == "[2]"
+    short = codec.checked_json("[3]")
+    assert type(short) is codec.RawJSON and short == "[3]"
+    assert type(codec.checked_json("[3")) is str
+    long_json = json.dumps([[i] for i in range(300)])  # 300 brackets, 2 levels
+    assert type(codec.checked_json(long_json)) is codec.RawJSON
+    assert codec.checked_json(long_json) == long_json
+    objects = json.dumps([{"a": i} for i in range(300)]) + "x"
+    assert type(codec.checked_json(objects)) is str
+    monkeypatch.setattr(codec, "_deep_texts", 0)
+    deep = json.dumps(_nest(1, MAX_DEPTH + 1))
+    assert codec.checked_json(deep) == '{"$json":%s}' % json.dumps(deep)
+    assert codec.deep_texts() == 1
