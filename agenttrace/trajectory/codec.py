@@ -149,7 +149,7 @@ def _encode_ndarray(array: np.ndarray, redact: bool, depth: int) -> dict:
     return {"$ndarray": header}
 
 
-def _encode_dict(value: dict, redact: bool, depth: int = 0) -> Any:
+def _encode_dict(value: dict, redact: bool, depth: int) -> Any:
     """A dict ``depth`` containers in: plain (one level) or ``$dict`` pairs (three)."""
     plain = True
     for key in value:
@@ -595,16 +595,13 @@ def _resolve(path: str) -> Any | None:
 
 
 def _plain_dtype(spec: Any) -> np.dtype:
-    """A dtype as the encoder writes it: a plain string naming a dtype with items of some
-    size (never a structured or void one, which the encoder never writes)."""
+    """A dtype as the encoder writes it: a plain string naming a dtype (never a structured or
+    void one, which the encoder never writes; void is the one kind besides text whose items
+    can have no size)."""
     if type(spec) is not str:
         raise ValueError(f"a dtype is written as text, got {type(spec).__name__}")
     dtype = np.dtype(spec)
-    if (
-        dtype.fields is not None
-        or dtype.kind == "V"
-        or (dtype.itemsize == 0 and dtype.kind not in "OUS")
-    ):
+    if dtype.fields is not None or dtype.kind == "V":
         raise ValueError(f"dtype {spec!r} is not one agenttrace writes")
     return dtype
 
