@@ -9,6 +9,7 @@ Names are split into lower-case words (``x-auth-token`` -> x, auth, token;
 from __future__ import annotations
 
 import re
+from typing import Any
 
 REDACTED = "[REDACTED]"
 
@@ -84,3 +85,25 @@ def is_secret_name(name: str) -> bool:
         if len(_cache) < 10_000:
             _cache[name] = known
     return known
+
+
+def without_secrets(data: Any) -> Any:
+    """A copy of JSON data with the value under every secret-named key replaced by REDACTED,
+    however deep the data nests (walked without recursion); the data itself is left as it is."""
+    top = [data]
+    work: list[tuple[Any, Any]] = [(top, 0)]
+    while work:
+        holder, at = work.pop()
+        value = holder[at]
+        if isinstance(value, dict):
+            copy = {
+                key: REDACTED if isinstance(key, str) and is_secret_name(key) else item
+                for key, item in value.items()
+            }
+            holder[at] = copy
+            work.extend((copy, key) for key, item in copy.items() if isinstance(item, (dict, list)))
+        elif isinstance(value, list):
+            copy = list(value)
+            holder[at] = copy
+            work.extend((copy, i) for i, item in enumerate(copy) if isinstance(item, (dict, list)))
+    return top[0]

@@ -237,6 +237,23 @@ def test_secrets_are_redacted_in_kept_tags_and_in_deep_values() -> None:
     assert json.loads(codec.encode(deep)["$json"]) == _nest({"password": "s", "a": 1}, MAX_DEPTH)
 
 
+def test_secrets_are_redacted_in_a_kept_tag_too_deep_to_encode() -> None:
+    """A kept tag nested past the limit is written as its data's JSON text: redacted too."""
+    inner = _nest({"token": "s", "ok": [{"api_key": "k", "n": 1}]}, 300)
+    kept = Tagged({"$blob": inner})
+    text = codec.dumps({"k": kept}, redact_secrets=True)
+    assert json.loads(json.loads(text)["$json"]) == {
+        "k": {
+            "$blob": _nest({"token": "[REDACTED]", "ok": [{"api_key": "[REDACTED]", "n": 1}]}, 300)
+        }
+    }
+    assert json.loads(json.loads(codec.dumps({"k": kept}))["$json"]) == {"k": {"$blob": inner}}
+    deepest = inner
+    while type(deepest) is list:
+        deepest = deepest[0]
+    assert deepest == {"token": "s", "ok": [{"api_key": "k", "n": 1}]}  # the data is untouched
+
+
 # --- the nesting limit, at its edge -----------------------------------------------------------
 
 # Each value and the levels its JSON adds around its innermost scalar, counted by hand.

@@ -61,7 +61,7 @@ try:  # used when installed and msgspec is not
 except ImportError:  # pragma: no cover - exercised by tests that hide it
     _orjson = None
 
-from agenttrace._secrets import REDACTED, is_secret_name
+from agenttrace._secrets import REDACTED, is_secret_name, without_secrets
 from agenttrace.trajectory.json_depth import (
     DEEP_LENGTH,
     MAX_DEPTH,
@@ -392,7 +392,7 @@ def _deep_text(value: Any, redact: bool) -> str:
             try:
                 parts.append(_dump(_kept(item, redact, 0)))
             except (_TooDeep, RecursionError):
-                parts.append(_data_text(dict(item)))
+                parts.append(_data_text(without_secrets(item) if redact else dict(item)))
             continue
         if not isinstance(item, (list, tuple, dict, set, frozenset)) or (
             isinstance(item, tuple) and not _plain_container(item)
