@@ -52,6 +52,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "assembler": [
         "tests/test_assembler_rules.py",
+        "tests/test_assembler_rules_steps.py",
         "tests/test_outcome_rules.py",
         # (not test_read_isolation.py: its JSON nested past the stack loads in the scratch
         # copy, whose recursion limit is raised, so mutmut's stats run fails on it)
