@@ -502,16 +502,21 @@ def _played(steps: int) -> list[SpanRecord]:
 def test_settling_lets_go_of_the_finished_steps_and_what_started_before_the_rest() -> None:
     let_go: list[SpanRecord] = []
     assembly = EpisodeAssembly(max_bytes=10**9, on_let_go=let_go.extend)
-    early = _span("other", 5000, 250, 260, 1)  # (under no step, before step 5 started)
-    late = _span("other", 5001, 950, 960, 1)  # (after it)
-    assembly.add([*_played(10), early, late])
+    others = [
+        _span("other", 5000, 250, 260, 1),  # (under no step, before step 5 started: let go)
+        _span("other", 5001, 950, 960, 1),  # (after it: kept)
+        _span("other", 5002, 600, 610, 1),  # (as it started: kept)
+        _span("other", 5003, 650, 660, 1003),  # (in step 3, if late: let go)
+        _chat(5004, 590, 595),  # (under no step, before step 5: a call of step 5, kept)
+    ]
+    assembly.add([*_played(10), *others])
     assert assembly.settle() == 5  # (steps 0..4)
-    assert sorted(r.span_id for r in let_go) == sorted(
-        [3000 + t for t in range(5)] + [2000 + t for t in range(5)] + [1000 + t for t in range(5)]
-        + [5000]
-    )  # fmt: skip
-    assert 5001 in {r.span_id for r in assembly.records}
-    assert 2 in {r.span_id for r in assembly.records}  # (the reset stays)
+    finished = [3000 + t for t in range(5)] + [2000 + t for t in range(5)]
+    finished += [1000 + t for t in range(5)] + [5000, 5003]
+    assert sorted(r.span_id for r in let_go) == sorted(finished)
+    kept = {r.span_id for r in assembly.records}
+    assert {5001, 5002, 5004, 2} <= kept  # (2: the reset stays)
+    assert not kept & set(finished)
 
 
 def test_calls_of_finished_steps_that_come_later_are_counted_late() -> None:
@@ -525,7 +530,10 @@ def test_calls_of_finished_steps_that_come_later_are_counted_late() -> None:
     assembly.add([_chat(3998, 505, 506, **{sc.TIMESTEP_INDEX: 4})])  # (names step 4)
     assert assembly.settle() == 2  # (steps 5 and 6)
     assert assembly.late == 3
+    assembly.add([_chat(3997, 705, 706, **{sc.TIMESTEP_INDEX: 6})])  # (names step 6)
+    assembly.add([_chat(3996, 700, 701)])  # (under no step, as step 6 started: its)
     trajectory = assembly.trajectory()
+    assert assembly.late == 5
     assert [len(s.llm_calls) for s in trajectory.steps] == [1] * 10
     assert [s.observation for s in trajectory.steps] == [[t] for t in range(10)]
 
@@ -534,6 +542,8 @@ def test_what_a_finished_stretch_lost_is_said() -> None:
     deep = "[" * 300 + "]" * 300
     records = _played(10)
     records[2] = records[2]._replace(lossy={sc.REWARD: "cut by the store"})  # (step 0's)
+    records[1] = records[1]._replace(lossy={sc.GEN_AI_INPUT_MESSAGES: "cut"})  # (its call)
+    records[28] = records[28]._replace(lossy={sc.GEN_AI_INPUT_MESSAGES: "cut"})  # (step 9's)
     records[5] = records[5]._replace(  # (step 1's env.step)
         attributes={**records[5].attributes, sc.ACTION: deep}
     )
@@ -545,7 +555,12 @@ def test_what_a_finished_stretch_lost_is_said() -> None:
     said = (
         'nested deeper than 256 levels of lists and objects: kept as its JSON text, {"$json": text}'
     )
-    assert trajectory.lossy == {"steps[0].reward": "cut by the store", "steps[1].action": said}
+    assert trajectory.lossy == {
+        "steps[0].reward": "cut by the store",
+        "steps[0].llm_calls": "cut",
+        "steps[1].action": said,
+        "steps[9].llm_calls": "cut",
+    }
 
 
 def test_a_stretch_is_settled_when_its_records_pass_the_limit() -> None:
