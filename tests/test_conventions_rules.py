@@ -279,6 +279,8 @@ def test_a_flag_is_a_bool_a_zero_or_one_or_its_word(value, flag) -> None:
         (0, 0),
         (3, 3),
         (-1, None),
+        (0.0, 0),
+        ("0", 0),
         (True, None),
         (3.0, 3),
         (3.5, None),
@@ -296,7 +298,27 @@ def test_a_timestep_index_is_a_whole_number_from_zero(value, index) -> None:
     if index is None:
         assert attributes == {"theirs": value}
     else:
-        assert attributes == {sc.TIMESTEP_INDEX: index} and type(index) is int
+        assert attributes == {sc.TIMESTEP_INDEX: index}
+        assert type(attributes[sc.TIMESTEP_INDEX]) is int
+
+
+def test_each_field_is_mapped_past_one_not_found_or_already_given() -> None:
+    conventions = Conventions(
+        (SpanRule("env.step", name="env.step"),),
+        {"reward": ("r",), "terminated": ("t",)},
+    )
+    (record,) = conventions.translate(_record("env.step", {"t": True}))
+    assert dict(record.attributes) == {sc.TERMINATED: True}
+    given = {sc.REWARD: 1.0, "r": 2.0, "t": True}
+    (record,) = conventions.translate(_record("env.step", given))
+    assert dict(record.attributes) == {sc.REWARD: 1.0, "r": 2.0, sc.TERMINATED: True}
+    after_error = Conventions(
+        (SpanRule("env.step", name="env.step"),),
+        {"error": ("e",), "terminated": ("t",)},
+    )
+    (record,) = after_error.translate(_record("env.step", {"e": "boom", "t": True}))
+    assert record.attributes.get(sc.TERMINATED) is True and "e" not in record.attributes
+    assert record.status_code == "ERROR"
 
 
 def test_ids_and_content_that_are_no_text_become_json_text() -> None:
