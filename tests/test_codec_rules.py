@@ -4,12 +4,14 @@ depth, and what a damaged tag reads as."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import enum
 import json
 import math
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,17 @@ def _depth(data: Any) -> int:
     if isinstance(data, list):
         return 1 + max((_depth(v) for v in data), default=0)
     return 0
+
+
+@contextlib.contextmanager
+def _at_module_level(cls: type) -> Iterator[None]:
+    """A class made in a test, importable by its path (test_codec_rules:Name) meanwhile."""
+    globals()[cls.__name__] = cls
+    cls.__qualname__ = cls.__name__
+    try:
+        yield
+    finally:
+        del globals()[cls.__name__]
 
 
 def _nest(value: Any, levels: int) -> Any:
@@ -436,15 +449,11 @@ def test_a_dataclass_field_outside_init_comes_back() -> None:
         a: int
         b: int = dataclasses.field(init=False, default=0)
 
-    globals()["Later"] = Later
-    Later.__qualname__ = "Later"
-    try:
+    with _at_module_level(Later):
         value = Later(1)
         value.b = 5
         back = codec.loads(codec.dumps(value))
         assert type(back) is Later and (back.a, back.b) == (1, 5)
-    finally:
-        del globals()["Later"]
 
 
 def test_pydantic_models_come_back() -> None:
@@ -454,9 +463,7 @@ def test_pydantic_models_come_back() -> None:
         a: int
         b: tuple = ()
 
-    globals()["Model"] = Model
-    Model.__qualname__ = "Model"
-    try:
+    with _at_module_level(Model):
         value = Model(a=1, b=(2,))
         text = codec.dumps(value)
         assert json.loads(text) == {
@@ -468,8 +475,6 @@ def test_pydantic_models_come_back() -> None:
         assert codec.loads(text) == value
         holding_kept = {"$pydantic": {"type": "test_codec_rules:Model", "fields": {"a": {"$x": 1}}}}
         assert type(codec.decode(holding_kept)) is Tagged
-    finally:
-        del globals()["Model"]
 
 
 @pytest.mark.parametrize(
@@ -800,13 +805,9 @@ def test_a_dataclass_field_outside_init_not_written_keeps_its_default() -> None:
         a: int
         b: int = dataclasses.field(init=False, default=0)
 
-    globals()["Later"] = Later
-    Later.__qualname__ = "Later"
-    try:
+    with _at_module_level(Later):
         back = codec.decode({"$dataclass": {"type": "test_codec_rules:Later", "fields": {"a": 1}}})
         assert type(back) is Later and (back.a, back.b) == (1, 0)
-    finally:
-        del globals()["Later"]
 
 
 def test_pydantic_models_come_back_only_by_their_tag_and_without_kept_tags() -> None:
@@ -816,9 +817,7 @@ def test_pydantic_models_come_back_only_by_their_tag_and_without_kept_tags() -> 
         a: int
         c: Any = None
 
-    globals()["Model"] = Model
-    Model.__qualname__ = "Model"
-    try:
+    with _at_module_level(Model):
         for data in (
             {"$dataclass": {"type": "test_codec_rules:Model", "fields": {"a": 1}}},
             {"$pydantic": {"type": "test_codec_rules:Model", "fields": {"a": 1, "c": {"$x": 1}}}},
@@ -827,8 +826,6 @@ def test_pydantic_models_come_back_only_by_their_tag_and_without_kept_tags() -> 
         assert codec.decode(
             {"$pydantic": {"type": "test_codec_rules:Model", "fields": {"a": 1}}}
         ) == Model(a=1)
-    finally:
-        del globals()["Model"]
 
 
 def test_the_unserializable_warning_comes_once_per_type(fresh_memos) -> None:
