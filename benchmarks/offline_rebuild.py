@@ -12,6 +12,11 @@ a fresh process so peak memory is the rebuild's own:
 and prints spans/s and peak RSS for both. Peak memory that does not grow with file size is the
 point of streaming: the two peaks should be close. Target: >= 200,000 spans/s.
 
+It also measures the floor under any rebuild in Python on the large file, in a fresh process:
+msgspec parsing each line into the decoder's structs and nothing else (no record, no
+assembly, no output), and the decoder alone (lines to checked span records). An export can be
+no faster than the first; the second is the share of the export that reading takes.
+
 Side by side, in the same run and on the same files, it measures the code of ``--baseline``
 (a git ref, default ``bd86b8c``: the code before the one-decoder redesign of issue 31),
 checked out with ``git worktree`` into a temporary folder and imported from there, and prints
@@ -133,6 +138,43 @@ def measure(span_file: Path, out: Path, code_root: Path | None = None) -> dict:
     }
 
 
+def measure_floor(span_file: Path) -> dict:
+    """Seconds (fastest of three passes over the file's lines, already in memory) of msgspec's
+    parse alone, and of the decoder to checked records, in a fresh process."""
+    code = (
+        "import gc, sys, time\n"
+        "from agenttrace.storage.otlp_json_decode import decode_text\n"
+        "from agenttrace.storage.otlp_json_structs import decode_request\n"
+        "from agenttrace.storage.span_checks import check_values\n"
+        "lines = open(sys.argv[1], 'rb').read().splitlines()\n"
+        "gc.freeze()\n"
+        "def timed(read):\n"
+        "    best = None\n"
+        "    for _ in range(3):\n"
+        "        t = time.perf_counter()\n"
+        "        for line in lines:\n"
+        "            read(line)\n"
+        "        took = time.perf_counter() - t\n"
+        "        best = took if best is None else min(best, took)\n"
+        "    return best\n"
+        "ignore = lambda error: None\n"
+        "parse = timed(decode_request)\n"
+        "decode = timed(lambda line: check_values(decode_text(line, ignore), ignore))\n"
+        "print(parse, decode)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(span_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
+    if result.returncode != 0 or not result.stdout.strip():
+        raise SystemExit(f"floor measurement failed:\n{result.stdout}\n{result.stderr}")
+    parse, decode = result.stdout.split()[-2:]
+    return {"parse_seconds": float(parse), "decode_seconds": float(decode)}
+
+
 def checkout(ref: str, folder: Path) -> Path:
     """``ref`` of this repository, checked out (detached) into ``folder``."""
     subprocess.run(
@@ -186,6 +228,9 @@ def main() -> None:
         default=1,
         help="exports of each file by each code (the fastest counts)",
     )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the parse-only and decode-only figures"
+    )
     args = parser.parse_args()
     folder = Path(args.keep or tempfile.mkdtemp(prefix="agenttrace-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -220,6 +265,16 @@ def main() -> None:
                 results[label]["ratio"] = ratio
                 results[label]["cpu_ratio"] = cpu_ratio
                 print(f"{'current / baseline':>18}: x{ratio:.2f} (per CPU second x{cpu_ratio:.2f})")
+            if label == "full" and not args.no_floor:
+                floor = results[label]["floor"] = measure_floor(span_file)
+                print(
+                    f"{'msgspec parse only':>18}: {count / floor['parse_seconds']:9,.0f} spans/s "
+                    "(the ceiling of any rebuild that reads the lines)"
+                )
+                print(
+                    f"{'decoder to records':>18}: {count / floor['decode_seconds']:9,.0f} spans/s "
+                    "(reading alone, no assembly, no output)"
+                )
             if not args.keep:
                 span_file.unlink()
         growth = results["full"]["current"]["peak_kib"] / results["quarter"]["current"]["peak_kib"]
