@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agenttrace",),  # the public API (agenttrace/__init__.py)
     ("agenttrace.instrument",),
     ("agenttrace.pipeline", "agenttrace.process_end", "agenttrace.exit_line"),
+    ("agenttrace.collect",),  # the service: receivers, span log, the assembler and sinks
     ("agenttrace.config", "agenttrace.config_values"),
     ("agenttrace.processing",),
     ("agenttrace.reading",),

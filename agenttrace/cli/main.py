@@ -33,6 +33,7 @@ from agenttrace import config
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.cli import demo as demo_task
+from agenttrace.cli import collect as collect_command
 from agenttrace.cli import episode_view
 from agenttrace.cli import export as export_command
 from agenttrace.cli import score as score_command
@@ -187,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export_command.add_parser(commands)
     score_command.add_parser(commands)
+    collect_command.add_parser(commands)
     return parser
 
 
@@ -237,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return export_command.run(args, out, err)
         if args.command == "score":
             return score_command.run(args, out, err)
+        if args.command == "collect":
+            return collect_command.run(args, out, err)
         return run_inspect(args, out, err)
     except config.ConfigError as exc:
         err.print(f"{where}: error: {exc}")

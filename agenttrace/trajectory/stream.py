@@ -72,10 +72,11 @@ class AssemblyCounts:
 
 
 class _OpenEpisode:
-    __slots__ = ("assembly", "due", "order")
+    __slots__ = ("assembly", "due", "last", "order")
 
     def __init__(self, order: int, assembly: EpisodeAssembly) -> None:
         self.order = order  # sequence number of its first record, for finish()'s order
+        self.last = order  # sequence number of its latest record (see write_quiet)
         self.assembly = assembly
         self.due: int | None = None  # sequence number at which it is written
 
@@ -203,6 +204,43 @@ class StreamingAssembler:
         self._due.clear()
         return done
 
+    # --- a service's clock (agenttrace collect) -----------------------------------------------
+
+    def write_quiet(self, complete_since: int, any_since: int) -> list[Trajectory]:
+        """Write the episodes no record has joined after record number ``complete_since``
+        (complete ones) or ``any_since`` (any, incomplete ones marked so): a service whose
+        producers fell silent cannot wait for ``grace`` more records. The caller turns its
+        clock into record numbers (``counts.records`` at some moment)."""
+        quiet = [
+            episode_id
+            for episode_id, episode in self._open.items()
+            if episode.last <= any_since
+            or (episode.last <= complete_since and episode.assembly.complete)
+        ]
+        return [self._write(episode_id) for episode_id in quiet]
+
+    def mark_written(self, episode_ids: Iterable[str]) -> None:
+        """Episodes written before (by an earlier run of a service): their records count as
+        late, and they are never written again."""
+        for episode_id in episode_ids:
+            self._written_episodes[episode_id] = None
+        _forget_oldest(self._written_episodes, _REMEMBERED)
+
+    def oldest_needed(self) -> int | None:
+        """The sequence number of the oldest record an episode not yet written may still
+        need (an open episode's first record, an orphan waiting for its parent), or None:
+        records before it can be forgotten by whoever keeps them (a service's span log)."""
+        oldest = min((episode.order for episode in self._open.values()), default=None)
+        if self._waiting_since:
+            first = self._waiting_since[0][0]
+            oldest = first if oldest is None else min(oldest, first)
+        return oldest
+
+    @property
+    def holds_scores(self) -> bool:
+        """Whether scores wait for an episode not seen yet (see :meth:`oldest_needed`)."""
+        return bool(self._early_scores)
+
     # --- grouping ----------------------------------------------------------------------------
 
     def _add_orphan(self, record: SpanRecord, sequence: int) -> None:
@@ -266,6 +304,7 @@ class StreamingAssembler:
                 break
             record = pending.pop()
         assembly = episode.assembly
+        episode.last = sequence
         if taken:
             assembly.add(taken)
         elif assembly.empty:  # its only record repeats a span of another episode

@@ -1,0 +1,199 @@
+"""Running ``agenttrace collect``: the collector, its HTTP and gRPC receivers and its metrics,
+until a signal (or the caller) stops it.
+
+:class:`CollectService` starts everything on a thread of its own (an asyncio loop for aiohttp;
+grpcio has its own threads), so tests and programs can run it in-process; the command line
+runs it in the foreground (:func:`run_forever`). Its metrics go through the OpenTelemetry
+metrics API (observable instruments on the meter provider given, else the global one):
+spans received and rejected, open episodes, episodes written, requests refused while busy,
+late spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agenttrace._threads import start_daemon
+from agenttrace._version import install_hint
+from agenttrace.collect.collector import Collector, CollectSettings
+from agenttrace.collect.receivers import add_trace_routes, start_grpc_server
+
+__all__ = ["CollectService", "parse_address", "run_forever"]
+
+DEFAULT_HTTP = "127.0.0.1:4318"
+DEFAULT_GRPC = "127.0.0.1:4317"
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) -> (host, port); a clear error otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"address {value!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _aiohttp() -> Any:
+    try:
+        from aiohttp import web
+    except ImportError as exc:
+        raise ImportError(
+            "agenttrace collect needs aiohttp: " + install_hint("serve"), name="aiohttp"
+        ) from exc
+    return web
+
+
+class CollectService:
+    """The collector and its receivers. ``http`` / ``grpc``: ``host:port`` to listen on (port
+    0: a free one, see :attr:`http_port`), or None for none."""
+
+    def __init__(
+        self,
+        settings: CollectSettings,
+        *,
+        http: str | None = DEFAULT_HTTP,
+        grpc: str | None = DEFAULT_GRPC,
+        meter_provider: Any = None,
+    ) -> None:
+        if http is None and grpc is None:
+            raise ValueError("collect needs at least one receiver (HTTP or gRPC)")
+        self.settings = settings
+        self.collector = Collector(settings)
+        self._http = parse_address(http) if http is not None else None
+        self._grpc = grpc
+        if self._grpc is not None:
+            parse_address(self._grpc)
+        self._meter_provider = meter_provider
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: Any = None
+        self._grpc_server: Any = None
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agenttrace-collect")
+        self._started = threading.Event()
+        self._failed: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._instruments: list[Any] = []
+
+    def start(self) -> CollectService:
+        """Recover from the span log, then listen. Raises what stopped it from starting."""
+        web = _aiohttp() if self._http is not None else None
+        self.collector.start()
+        try:
+            if self._grpc is not None:
+                self._grpc_server, self.grpc_port = start_grpc_server(self.collector, self._grpc)
+            if web is not None:
+                self._thread = start_daemon(self._serve_http, name="agenttrace-collect-http")
+                self._started.wait()
+                if self._failed is not None:
+                    raise self._failed
+            self._observe()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def addresses(self) -> list[str]:
+        """Where it listens, for people: the OTLP/HTTP URL and the gRPC address."""
+        where = []
+        if self._http is not None and self.http_port is not None:
+            where.append(f"OTLP/HTTP http://{self._http[0]}:{self.http_port}/v1/traces")
+        if self._grpc is not None and self.grpc_port is not None:
+            where.append(f"OTLP/gRPC {self._grpc.rpartition(':')[0]}:{self.grpc_port}")
+        return where
+
+    def _serve_http(self) -> None:
+        web = _aiohttp()
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            from agenttrace.collect.receivers import MAX_REQUEST_BYTES
+
+            app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+            add_trace_routes(app, self.collector, self._executor)
+            self._runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            host, port = self._http  # type: ignore[misc]
+            site = web.TCPSite(self._runner, host, port, reuse_address=True)
+            loop.run_until_complete(site.start())
+            self.http_port = site._server.sockets[0].getsockname()[1]  # (port 0: the one taken)
+        except BaseException as exc:  # handed to start()
+            self._failed = exc
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+    def stop(self) -> None:
+        """Stop listening, then stop the collector (what it holds is written or logged)."""
+        if self._grpc_server is not None:
+            self._grpc_server.stop(grace=2).wait(5)
+            self._grpc_server = None
+        loop = self._loop
+        if loop is not None and self._thread is not None and loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(10)
+        self._executor.shutdown(wait=True)
+        self.collector.close()
+
+    def _observe(self) -> None:
+        """The service's metrics, read from the collector's counters when collected."""
+        from opentelemetry import metrics
+
+        meter = metrics.get_meter("agenttrace.collect", meter_provider=self._meter_provider)
+        collector = self.collector
+
+        def reading(key: str) -> Any:
+            def callback(options: Any) -> list[Any]:
+                value = collector.health()[key]
+                if isinstance(value, dict):  # episodes written, by status
+                    return [metrics.Observation(n, {"status": s}) for s, n in value.items()]
+                return [metrics.Observation(value)]
+
+            return callback
+
+        counters = {
+            "agenttrace.collect.spans.received": ("spans_received", "{span}"),
+            "agenttrace.collect.spans.rejected": ("spans_rejected", "{span}"),
+            "agenttrace.collect.spans.late": ("late_spans", "{span}"),
+            "agenttrace.collect.requests.refused": ("requests_refused_busy", "{request}"),
+            "agenttrace.collect.episodes.written": ("episodes_written", "{episode}"),
+        }
+        for name, (key, unit) in counters.items():
+            self._instruments.append(
+                meter.create_observable_counter(name, [reading(key)], unit=unit)
+            )
+        self._instruments.append(
+            meter.create_observable_up_down_counter(
+                "agenttrace.collect.episodes.open", [reading("open_episodes")], unit="{episode}"
+            )
+        )
+
+
+def run_forever(service: CollectService, announce: Any = print) -> None:
+    """Start ``service`` and serve until SIGINT or SIGTERM, then stop it cleanly."""
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        service.start()
+        announce(
+            f"agenttrace collect: listening on {', '.join(service.addresses())}; writing to "
+            f"{service.settings.out} (health: /health; Ctrl-C to stop)"
+        )
+        while not stop.wait(0.5):
+            pass
+        announce("agenttrace collect: stopping")
+    finally:
+        service.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
