@@ -127,6 +127,15 @@ SETTINGS: tuple[Setting, ...] = (
         SPAN_EXPORT_CHOICES,
     ),
     Setting(
+        "collect",
+        "AGENTTRACE_COLLECT",
+        str,
+        None,
+        "URL of an agenttrace collect service (http://host:4318) that writes this run's "
+        "trajectories: spans go there whole (OTLP/HTTP, full content) and this process "
+        "rebuilds nothing itself; no span file unless spans names file (docs/collect.md).",
+    ),
+    Setting(
         "metrics",
         "AGENTTRACE_METRICS",
         str,
@@ -430,6 +439,7 @@ class Settings:
     run_name: str | None
     sinks: tuple[str, ...]
     spans: tuple[str, ...] | None
+    collect: str | None
     metrics: str
     content: str
     export_content: str
@@ -489,7 +499,23 @@ def resolve(environ: Mapping[str, str] | None = None, **explicit: Any) -> Settin
         values[setting.name] = value
     assert {f.name for f in fields(Settings)} == set(values)
     _check_export_content(values)
+    _check_collect(values)
     return Settings(**values)
+
+
+def _check_collect(values: dict[str, Any]) -> None:
+    """``collect`` is the base URL of a service, where spans go over OTLP/HTTP."""
+    url = values.get("collect")
+    if not url:
+        values["collect"] = None
+        return
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("http", "https") or not rest.strip("/"):
+        raise ConfigError(
+            f"collect={url!r} (AGENTTRACE_COLLECT): expected the service's URL, such as "
+            "http://127.0.0.1:4318"
+        )
+    values["collect"] = url.rstrip("/")
 
 
 def defaults(**overrides: Any) -> Settings:

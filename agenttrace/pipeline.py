@@ -95,7 +95,9 @@ class AgentTrace:
         if not self.enabled:
             return
         targets = settings.spans
-        if targets is None:
+        if settings.collect:  # an agenttrace collect service rebuilds: send spans, whole
+            targets = ("otlp", "file") if targets and "file" in targets else ("otlp",)
+        elif targets is None:
             targets = ("file",)
             if self.owns_provider and any(os.environ.get(v) for v in _OTLP_ENDPOINT_VARS):
                 targets = ("file", "otlp")
@@ -104,8 +106,9 @@ class AgentTrace:
         # Spans go to the OTLP endpoint from the writer (agenttrace.processing.record_export),
         # under the export content policy: spans.jsonl stays whole.
         span_export = _span_export_spec(settings) if "otlp" in targets else None
-        files_here = "file" in targets or any(
-            kind in ("jsonl", "parquet", "steps", "jsondir") for kind in settings.sinks
+        files_here = "file" in targets or (
+            not settings.collect
+            and any(kind in ("jsonl", "parquet", "steps", "jsondir") for kind in settings.sinks)
         )
         spec = WriterSpec(
             sinks=tuple(self._sink_specs()),
@@ -205,6 +208,8 @@ class AgentTrace:
         return self.run_dir
 
     def _sink_specs(self) -> list[SinkSpec]:
+        if self.settings.collect:  # the service writes the trajectories
+            return []
         specs = []
         for kind in self.settings.sinks:
             options: dict[str, Any]
@@ -521,6 +526,14 @@ def _span_export_spec(settings: config.Settings) -> SpanExportSpec:
     """How the writer sends spans over OTLP. A bad protocol or blob store fails here, in
     configure(), before anything starts (the writer opens its own blob store)."""
     environment = otel_environment()
+    if settings.collect:
+        environment.update(
+            OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{settings.collect}/v1/traces",
+            OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
+        )
+        return SpanExportSpec(
+            environment=environment, content="full", max_queue=settings.queue_size
+        )
     try:
         otlp_protocol("traces", environment)
     except UnsupportedProtocol as exc:

@@ -32,8 +32,8 @@ import agenttrace as at
 from agenttrace import config
 from agenttrace import semconv as sc
 from agenttrace._version import __version__
-from agenttrace.cli import demo as demo_task
 from agenttrace.cli import collect as collect_command
+from agenttrace.cli import demo as demo_task
 from agenttrace.cli import episode_view
 from agenttrace.cli import export as export_command
 from agenttrace.cli import score as score_command

@@ -272,8 +272,16 @@ class EpisodeWriter:
             self._write_spans(item.records)
         self.resume(item.episode_id, item.records)
 
+    @property
+    def rebuilds(self) -> bool:
+        """Whether anything here needs trajectories: not when the spans only pass through
+        (an agenttrace collect service rebuilds them, the ``collect`` setting)."""
+        return bool(self.sinks) or self.on_summary is not None
+
     def resume(self, episode_id: str, records: list[SpanRecord]) -> None:
         """Take records of an open episode towards its trajectory, writing nothing."""
+        if not self.rebuilds:
+            return
         assembly = self._open.get(episode_id)
         if assembly is None:
             assembly = self._open[episode_id] = EpisodeAssembly(
@@ -296,6 +304,9 @@ class EpisodeWriter:
         records = episode.records
         if spans:
             self._write_spans(records)
+        if not self.rebuilds:
+            self._add("episodes_done")
+            return
         try:
             assembly = self._open.pop(episode.episode_id, None)
             if assembly is None:
