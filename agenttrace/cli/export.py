@@ -67,7 +67,7 @@ from agenttrace.sinks.step_tables import check_target
 from agenttrace.storage.errors import ReadPosition, SpanDecodeError
 from agenttrace.storage.http import BackendError, parse_headers
 from agenttrace.storage.sources import SourceError, SourceOptions, open_source
-from agenttrace.trajectory.conventions import conventions_from_value
+from agenttrace.trajectory.conventions import Conventions, conventions_from_value
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.records import SpanRecord
 from agenttrace.trajectory.stream import StreamingAssembler
@@ -125,7 +125,7 @@ class EpisodeFilter:
         return None
 
 
-class _EpisodeServices:
+class EpisodeServices:
     """Remembers the service.name of each episode span passing by (episode-level filter),
     and where it was read (file and line), to name it in the errors about its episode."""
 
@@ -162,47 +162,59 @@ class _OutputError(ValueError):
 # --- the run ----------------------------------------------------------------------------------
 
 
+@dataclass
+class ExportPlan:
+    """What the arguments ask for, checked before anything is read."""
+
+    kind: str  # "jsonl", "parquet", "steps" or "minari"
+    episode_filter: EpisodeFilter
+    headers: dict[str, str]
+    conventions: Conventions | None
+    splitter: Splitter | None
+
+
+def plan_export(args: argparse.Namespace) -> ExportPlan:
+    """The export's arguments, checked; ValueError (or OSError for an unreadable ``@FILE``)
+    says what is wrong."""
+    if args.format == "minari":
+        kind = "minari"
+        check_minari_arguments(args.dataset_id, args.env)
+    elif args.out is None:
+        raise ValueError("--out is required (the output file or folder)")
+    elif args.format == "steps":
+        kind = "steps"
+        check_target(args.out)
+    else:
+        kind = output_kind(args.out)
+    episode_filter = EpisodeFilter(
+        service=args.service,
+        since=nanos(args.since),
+        until=nanos(args.until),
+        episode_ids=parse_episode_ids(args.episode),
+        statuses=parse_statuses(args.status),
+        min_return=args.min_return,
+        max_return=args.max_return,
+    )
+    headers: dict[str, str] = {}
+    for header in args.header:
+        headers.update(parse_headers(header))
+    conventions = conventions_from_value(args.conventions)
+    if args.limit < 1 or args.timeout <= 0:
+        raise ValueError("--limit must be >= 1 and --timeout > 0")
+    splitter = Splitter.parse(args.split, by=args.split_by, seed=args.seed) if args.split else None
+    return ExportPlan(kind, episode_filter, headers, conventions, splitter)
+
+
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     """``agenttrace export``; returns the exit code."""
     try:
-        if args.format == "minari":
-            kind = "minari"
-            check_minari_arguments(args.dataset_id, args.env)
-        elif args.out is None:
-            raise ValueError("--out is required (the output file or folder)")
-        elif args.format == "steps":
-            kind = "steps"
-            check_target(args.out)
-        else:
-            kind = output_kind(args.out)
-        episode_filter = EpisodeFilter(
-            service=args.service,
-            since=nanos(args.since),
-            until=nanos(args.until),
-            episode_ids=parse_episode_ids(args.episode),
-            statuses=parse_statuses(args.status),
-            min_return=args.min_return,
-            max_return=args.max_return,
-        )
-        headers: dict[str, str] = {}
-        for header in args.header:
-            headers.update(parse_headers(header))
-        conventions = conventions_from_value(args.conventions)
+        plan = plan_export(args)
     except (ValueError, OSError) as exc:
         err.print(f"agenttrace export: error: {exc}")
         return EXIT_USAGE
-    if args.limit < 1 or args.timeout <= 0:
-        err.print("agenttrace export: error: --limit must be >= 1 and --timeout > 0")
-        return EXIT_USAGE
-    try:
-        splitter = (
-            Splitter.parse(args.split, by=args.split_by, seed=args.seed) if args.split else None
-        )
-    except ValueError as exc:
-        err.print(f"agenttrace export: error: {exc}")
-        return EXIT_USAGE
+    kind = plan.kind
     target = Path(args.out) if args.out is not None else Path.cwd()
-    parts = part_outputs(target, args.dataset_id, splitter)
+    parts = part_outputs(target, args.dataset_id, plan.splitter)
     for _, part_target, _ in parts:
         if kind != "minari" and part_target.exists() and not args.force:
             err.print(f"agenttrace export: error: {part_target} exists; use --force to replace it")
@@ -214,7 +226,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         service=args.service,
         start=args.since,
         end=args.until,
-        headers=headers,
+        headers=plan.headers,
         limit=args.limit,
         timeout=args.timeout,
         query=args.query,
@@ -223,7 +235,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     )
     try:
         source = open_source(args.source, options)
-        restore = _content_restorer(args.blob_store)
+        restore = content_restorer(args.blob_store)
     except (SourceError, ValueError) as exc:  # a bad form, or trajectories given as spans
         err.print(f"agenttrace export: error: {exc}")
         return EXIT_USAGE
@@ -235,7 +247,7 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
     # Every way out but success removes what this run created: the partial file and any
     # folder made for it. A file that was at the target before (--force) is never touched:
     # the output goes to a partial file renamed into place only at the very end.
-    created = _missing_folders(target.parent) if args.out is not None else []
+    created = missing_folders(target.parent) if args.out is not None else []
     writers: dict[str | None, Any] = {}
     written = False
     started = time.perf_counter()
@@ -246,41 +258,12 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         except ValueError as exc:  # (an output that may not be written: nothing was read)
             err.print(f"agenttrace export: error: {exc}")
             return EXIT_USAGE
-        selection = Selection(
-            {
-                name: emitter(args.format, kind, w, report, args.tokens_per)
-                for name, w in writers.items()
-            },
-            filtered=report.filtered,
-            parts=report.parts,
-            gate=GroupGate() if args.group_complete else None,
-            deduplicator=Deduplicator() if args.dedupe else None,
-            splitter=splitter,
+        rebuild_to(
+            args, plan, writers, source, restore, report, position, progress_bar(err, args.quiet)
         )
-        services = _EpisodeServices(position)
-        assembler = StreamingAssembler(
-            grace=args.grace,
-            max_episode_bytes=args.max_episode_bytes,
-            conventions=conventions,
-            on_problem=lambda episode_id, field, reason: report.bad(
-                services.error(episode_id, field, reason)
-            ),
-        )
-        _rebuild(
-            services,
-            source,
-            restore,
-            assembler,
-            episode_filter,
-            selection.emit,
-            report,
-            _progress(err, disabled=args.quiet),
-        )
-        selection.finish()
-        write_late_scores(assembler.late_scores, writers.values(), report)
         if sum(report.written.values()) == 0 and not report.filtered:
             print_problems(report, err, written=False)
-            err.print(f"agenttrace export: error: {_why_nothing(report)}; no output written")
+            err.print(f"agenttrace export: error: {why_nothing(report)}; no output written")
             return EXIT_FAILURE
         try:
             paths = [w.close() for w in writers.values()]
@@ -301,16 +284,56 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         if not written:
             for writer in writers.values():
                 writer.discard()
-            _remove_folders(created)
+            remove_folders(created)
     report.seconds = time.perf_counter() - started
     if not args.quiet:
-        _print_summary(report, path, args.format, out, err)
+        print_summary(report, path, args.format, out, err)
     print_problems(report, err)
     return EXIT_PARTIAL if report.undecodable or report.unwritable else EXIT_OK
 
 
+def rebuild_to(
+    args: argparse.Namespace,
+    plan: ExportPlan,
+    writers: dict[str | None, Any],
+    source: Any,
+    restore: Any,
+    report: ExportReport,
+    position: ReadPosition | None,
+    progress: Progress,
+) -> None:
+    """Rebuild every episode of ``source`` and write those the filters keep to ``writers``
+    (one per ``--split`` part), late scores beside them; ``report`` counts it all. The one
+    rebuild of both engines: the Ray engine runs it once per bucket."""
+    selection = Selection(
+        {
+            name: emitter(args.format, plan.kind, w, report, args.tokens_per)
+            for name, w in writers.items()
+        },
+        filtered=report.filtered,
+        parts=report.parts,
+        gate=GroupGate() if args.group_complete else None,
+        deduplicator=Deduplicator() if args.dedupe else None,
+        splitter=plan.splitter,
+    )
+    services = EpisodeServices(position)
+    assembler = StreamingAssembler(
+        grace=args.grace,
+        max_episode_bytes=args.max_episode_bytes,
+        conventions=plan.conventions,
+        on_problem=lambda episode_id, field, reason: report.bad(
+            services.error(episode_id, field, reason)
+        ),
+    )
+    _rebuild(
+        services, source, restore, assembler, plan.episode_filter, selection.emit, report, progress
+    )
+    selection.finish()
+    write_late_scores(assembler.late_scores, writers.values(), report)
+
+
 def _rebuild(
-    services: _EpisodeServices,
+    services: EpisodeServices,
     source: Any,
     restore: Any,
     assembler: StreamingAssembler,
@@ -356,7 +379,7 @@ def _rebuild(
         tick()  # the progress line shows spans every 4096, and the final count here
 
 
-def _missing_folders(folder: Path) -> list[Path]:
+def missing_folders(folder: Path) -> list[Path]:
     """The folders on the way to ``folder`` that do not exist yet, deepest first."""
     missing = []
     while not folder.exists() and folder != folder.parent:
@@ -365,7 +388,7 @@ def _missing_folders(folder: Path) -> list[Path]:
     return missing
 
 
-def _remove_folders(folders: list[Path]) -> None:
+def remove_folders(folders: list[Path]) -> None:
     """Remove the folders a failed run created (deepest first), if they are still empty."""
     for folder in folders:
         try:
@@ -374,7 +397,7 @@ def _remove_folders(folders: list[Path]) -> None:
             return
 
 
-def _why_nothing(report: ExportReport) -> str:
+def why_nothing(report: ExportReport) -> str:
     """Why an export rebuilt no episode at all (filters that left nothing are no failure)."""
     if report.spans == 0:
         if report.bad_records or report.undecodable:
@@ -416,7 +439,7 @@ def _fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _content_restorer(blob_store: str | None) -> Any:
+def content_restorer(blob_store: str | None) -> Any:
     """Blob references resolved and cut content flagged (storage.content), when available."""
     try:
         from agenttrace.storage.blobs import open_blob_store
@@ -430,7 +453,7 @@ def _content_restorer(blob_store: str | None) -> Any:
 # --- feedback ---------------------------------------------------------------------------------
 
 
-def _progress(err: Console, *, disabled: bool) -> Progress:
+def progress_bar(err: Console, disabled: bool) -> Progress:
     return Progress(
         SpinnerColumn(),
         TextColumn("{task.description}", markup=False),
@@ -453,7 +476,9 @@ def _progress_text(report: ExportReport, assembler: StreamingAssembler) -> str:
 _ROWS = {"chat": "chat row", "tokens": "token row", "steps": "step row"}
 
 
-def _print_summary(report: ExportReport, path: Path, fmt: str, out: Console, err: Console) -> None:
+def print_summary(
+    report: ExportReport, path: Path | str, fmt: str, out: Console, err: Console
+) -> None:
     counts = report.counts
     episodes = sum(report.written.values())
     rate = report.spans / max(report.seconds, 1e-9)

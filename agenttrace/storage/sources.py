@@ -117,15 +117,22 @@ def _files(text: str, options: SourceOptions) -> SpanSource:
 
     def records() -> Iterator[SpanRecord]:
         for path in paths:
-            with open(path, "rb") as stream:
-                head = stream.read(16)
-            if is_length_prefixed(head):
-                yield from read_otlp_proto(path, on_error=report, position=position)
-            else:
-                yield from read_otlp_json(path, on_error=report, position=position)
+            yield from read_span_file(path, report, position)
 
     count = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
     return SpanSource(f"{text} ({count})", records, files=list(paths))
+
+
+def read_span_file(
+    path: Path, report: ErrorHandler, position: ReadPosition | None = None
+) -> Iterator[SpanRecord]:
+    """The records of one span file, by its reader: the Collector's length-prefixed protobuf
+    (zstd too) or OTLP/JSON lines (gzip too), told apart by the first bytes."""
+    with open(path, "rb") as stream:
+        head = stream.read(16)
+    if is_length_prefixed(head):
+        return read_otlp_proto(path, on_error=report, position=position)
+    return read_otlp_json(path, on_error=report, position=position)
 
 
 def _backend(scheme: str, url: str, options: SourceOptions) -> SpanSource:

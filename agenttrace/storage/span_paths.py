@@ -138,8 +138,15 @@ def sniff(path: PathLike) -> FileKind:
                 head = handle.read(SNIFF_BYTES)
     except (OSError, EOFError, zlib.error) as exc:
         return FileKind(UNREADABLE, str(exc))
+    return sniff_head(head, lambda: _parquet(path))
+
+
+def sniff_head(head: bytes, parquet: Callable[[], FileKind] | None = None) -> FileKind:
+    """What a file whose first (decompressed) bytes are ``head`` holds, as :func:`sniff`
+    says; for files read through another filesystem (fsspec). ``parquet`` tells a Parquet
+    file's kind from its schema (default: a table of unknown columns)."""
     if head.startswith(b"PAR1"):
-        return _parquet(path)
+        return parquet() if parquet is not None else FileKind(TABLE, "a Parquet file")
     if is_length_prefixed(head):
         return FileKind(SPANS_PROTO)
     text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
