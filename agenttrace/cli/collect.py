@@ -79,7 +79,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-queued-spans",
-        type=int_at_least(1),
+        type=int_at_least(1, "at least 1"),
         default=100_000,
         metavar="N",
         help="spans waiting for the assembler before requests are refused (retryable; "

@@ -37,6 +37,7 @@ import msgspec
 from agenttrace._threads import start_daemon
 from agenttrace.collect.span_log import DEFAULT_SEGMENT_BYTES, SpanLog
 from agenttrace.processing.writer import SinkSpec, build_sink
+from agenttrace.semconv import EPISODE_ID
 from agenttrace.sinks.base import Sink
 from agenttrace.sinks.jsonl import JsonlSink
 from agenttrace.sinks.scores import ScoreLog
@@ -45,7 +46,7 @@ from agenttrace.storage.errors import SpanFormatError
 from agenttrace.storage.otlp_proto import decode_proto
 from agenttrace.trajectory.conventions import Conventions
 from agenttrace.trajectory.model import Trajectory
-from agenttrace.trajectory.records import SpanRecord
+from agenttrace.trajectory.records import SpanRecord, is_vector_step, split_vector_step
 from agenttrace.trajectory.scores import score_from_record
 from agenttrace.trajectory.stream import StreamingAssembler
 
@@ -100,6 +101,18 @@ class CollectSettings:
     finish_on_exit: bool = False
     retry_after: int = 1
 
+    def __post_init__(self) -> None:
+        if "jsonl" not in self.sinks:
+            raise ValueError(
+                "agenttrace collect writes the jsonl sink always: it is the record of which "
+                "episodes were written (add jsonl to --sinks)"
+            )
+        unknown = [kind for kind in self.sinks if kind not in SINK_KINDS]
+        if unknown:
+            raise ValueError(
+                f"unknown sink {unknown[0]!r} for collect (choose from {', '.join(SINK_KINDS)})"
+            )
+
     def state_folder(self) -> Path:
         return self.state if self.state is not None else self.out / ".collect"
 
@@ -147,8 +160,11 @@ class Collector:
         self._sinks: list[Sink] = []
         self._commit: JsonlSink | None = None
         self._scores = ScoreLog(settings.out)
-        # (segment, sequence of its last record fed): which segments may be deleted
+        # Which log segments may be deleted: the record number of each one's last record,
+        # the open episodes with records in each, and the segments of each open episode.
         self._segment_ends: dict[int, int] = {}
+        self._segment_episodes: dict[int, set[str]] = {}
+        self._episode_segments: dict[str, set[int]] = {}
         # (monotonic time, sequence) about every tick: the clock in record numbers
         self._clock: deque[tuple[float, int]] = deque()
         self._worker: threading.Thread | None = None
@@ -160,16 +176,6 @@ class Collector:
     def start(self) -> None:
         """Open the sinks, rebuild the open episodes from the span log, start the worker."""
         settings = self.settings
-        if "jsonl" not in settings.sinks:
-            raise ValueError(
-                "agenttrace collect writes the jsonl sink always: it is the record of which "
-                "episodes were written (add jsonl to --sinks)"
-            )
-        unknown = [kind for kind in settings.sinks if kind not in SINK_KINDS]
-        if unknown:
-            raise ValueError(
-                f"unknown sink {unknown[0]!r} for collect (choose from {', '.join(SINK_KINDS)})"
-            )
         settings.out.mkdir(parents=True, exist_ok=True)
         for kind in settings.sinks:
             folder = settings.out / "episodes" if kind == "jsondir" else settings.out
@@ -259,8 +265,7 @@ class Collector:
                 try:
                     if item:
                         segment, records = item
-                        self._feed(records)
-                        self._segment_ends[segment] = self._assembler.counts.records
+                        self._feed(records, segment)
                         with self._lock:
                             self._queued_spans -= len(records)
                     now = time.monotonic()
@@ -270,13 +275,25 @@ class Collector:
                 except Exception:  # the service goes on; what failed is logged
                     logger.exception("agenttrace collect: internal error in the worker")
 
-    def _feed(self, records: Iterable[SpanRecord]) -> None:
-        add = self._assembler.add
+    def _feed(self, records: Iterable[SpanRecord], segment: int) -> None:
+        assembler = self._assembler
+        add = assembler.add
+        needed_by: set[str] = set()  # open episodes with records in this batch
         for record in restore_content(records):
             done = add(record)
             if done:
                 for trajectory in done:
                     self._write(trajectory)
+            episode_id = record.attributes.get(EPISODE_ID) or assembler.episode_of(record)
+            if episode_id is not None:
+                needed_by.add(str(episode_id))
+            elif is_vector_step(record):
+                needed_by.update(p.attributes[EPISODE_ID] for p in split_vector_step(record))
+        self._segment_ends[segment] = assembler.counts.records
+        for episode_id in needed_by:
+            if assembler.is_open(episode_id):
+                self._segment_episodes.setdefault(segment, set()).add(episode_id)
+                self._episode_segments.setdefault(episode_id, set()).add(segment)
 
     def _tick(self, now: float) -> None:
         """Once in a while: write quiet episodes, late scores, forget old log segments."""
@@ -295,20 +312,25 @@ class Collector:
         self._forget_segments()
 
     def _forget_segments(self) -> None:
+        """Delete the closed log segments no open episode has records in (and no record
+        waiting for its parent came from)."""
         if self._assembler.holds_scores:
             return
-        needed = self._assembler.oldest_needed()
-        done = [
-            segment
-            for segment, last in self._segment_ends.items()
-            if (needed is None or last < needed) and segment < self._log.current_segment
-        ]
-        if done:
-            self._log.delete_through(max(done))
-            for segment in done:
+        waiting = self._assembler.oldest_waiting()
+        current = self._log.current_segment
+        for segment, last in list(self._segment_ends.items()):
+            if (
+                segment < current
+                and not self._segment_episodes.get(segment)
+                and (waiting is None or last < waiting)
+            ):
+                self._log.delete(segment)
                 del self._segment_ends[segment]
+                self._segment_episodes.pop(segment, None)
 
     def _write(self, trajectory: Trajectory) -> None:
+        for segment in self._episode_segments.pop(trajectory.episode_id, ()):
+            self._segment_episodes.get(segment, set()).discard(trajectory.episode_id)
         for sink in self._sinks:
             try:
                 sink.write(trajectory)
@@ -345,8 +367,7 @@ class Collector:
         for segment, payload in self._log.replay():
             records = decode_proto(payload, lambda error: None)
             replayed += len(records)
-            self._feed(records)
-            self._segment_ends[segment] = self._assembler.counts.records
+            self._feed(records, segment)
         counts = self.counts
         counts.replayed_spans = replayed
         counts.resumed_episodes = self._assembler.open_episodes

@@ -172,18 +172,15 @@ class SpanLog:
         self._file = open(self.path_for(self._segment), "ab")  # noqa: SIM115 - as above
         return self._file
 
-    def delete_through(self, segment: int) -> int:
-        """Delete the closed segments numbered up to ``segment``; returns how many."""
-        deleted = 0
-        for number in self.segments():
-            if number > segment or number >= self._segment:
-                break
-            try:
-                self.path_for(number).unlink()
-                deleted += 1
-            except FileNotFoundError:
-                pass
-        return deleted
+    def delete(self, segment: int) -> bool:
+        """Delete a closed segment (never the one being written); True if it was there."""
+        if segment >= self._segment:
+            return False
+        try:
+            self.path_for(segment).unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def close(self) -> None:
         with self._lock:

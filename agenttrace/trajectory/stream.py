@@ -226,15 +226,18 @@ class StreamingAssembler:
             self._written_episodes[episode_id] = None
         _forget_oldest(self._written_episodes, _REMEMBERED)
 
-    def oldest_needed(self) -> int | None:
-        """The sequence number of the oldest record an episode not yet written may still
-        need (an open episode's first record, an orphan waiting for its parent), or None:
-        records before it can be forgotten by whoever keeps them (a service's span log)."""
-        oldest = min((episode.order for episode in self._open.values()), default=None)
-        if self._waiting_since:
-            first = self._waiting_since[0][0]
-            oldest = first if oldest is None else min(oldest, first)
-        return oldest
+    def oldest_waiting(self) -> int | None:
+        """The record number of the oldest record waiting for its parent (a span of another
+        instrumentation whose episode is not known yet), or None: whoever keeps records (a
+        service's span log) must keep that one."""
+        return self._waiting_since[0][0] if self._waiting_since else None
+
+    def is_open(self, episode_id: str) -> bool:
+        return episode_id in self._open
+
+    def episode_of(self, record: SpanRecord) -> str | None:
+        """The open episode a record joined (None: none, or not yet)."""
+        return self._owner.get(_span_key(record.trace_id, record.span_id))
 
     @property
     def holds_scores(self) -> bool:
