@@ -241,6 +241,10 @@ def listening_ports(service_name: str) -> set[int]:
             if part.startswith("--web.listen-address="):
                 address = part.split("=", 1)[1]
         add(address)
+    elif service_name == "agenttrace-collect":  # agenttrace collect --http A --grpc B
+        words = " ".join(command_list(service)).split()
+        for flag in ("--http", "--grpc"):
+            add(words[words.index(flag) + 1] if flag in words else None)
     elif service_name == "grafana":
         ports.add(int((service.get("environment") or {}).get("GF_SERVER_HTTP_PORT", 3000)))
     return ports
@@ -282,7 +286,10 @@ def test_every_image_is_pinned_to_an_exact_version() -> None:
         repository, _, tag = str(image).rpartition(":")
         assert repository and "/" not in tag, f"{name}: {image} has no tag"
         assert tag != "latest", f"{name}: {image} floats"
-        assert re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{name}: {image} is not a full version"
+        # (a variant suffix names the same release: python:3.11.7-slim)
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+(-[a-z]+)?", tag), (
+            f"{name}: {image} is not a full version"
+        )
 
 
 def test_every_bind_mounted_host_path_exists_in_the_repo() -> None:
@@ -458,7 +465,7 @@ def test_exporter_endpoints_name_services_listening_there(collector: dict[str, A
             f"{exporter_id}: the backends serve plain gRPC inside the compose network"
         )
         targets[exporter_id] = host
-    assert set(targets.values()) == {"jaeger", "tempo"}, targets
+    assert set(targets.values()) == {"jaeger", "tempo", "agenttrace-collect"}, targets
 
 
 def test_file_exporter_writes_into_the_mounted_span_folder(collector: dict[str, Any]) -> None:
@@ -540,7 +547,7 @@ def test_span_metrics_and_span_files_see_the_unsampled_stream() -> None:
     def sampled(pipeline_id: str) -> bool:
         return "tail_sampling" in pipelines(config)[pipeline_id].get("processors", [])
 
-    for unsampled in ("spanmetrics", "file"):
+    for unsampled in ("spanmetrics", "file", "otlp_grpc/agenttrace"):
         for pipeline_id in by_exporter[unsampled]:
             assert not sampled(pipeline_id), f"{unsampled} is fed after sampling"
             assert "otlp" in pipelines(config)[pipeline_id]["receivers"]
