@@ -153,6 +153,37 @@ def test_episodes_over_http_protobuf_grpc_and_json_are_rebuilt(service, tmp_path
     assert counts["open_episodes"] == 0
 
 
+def test_the_service_metrics_go_through_the_opentelemetry_metrics_api(tmp_path) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    settings = CollectSettings(out=tmp_path / "out", grace_seconds=0.2)
+    svc = CollectService(settings, http="127.0.0.1:0", grpc=None, meter_provider=provider)
+    svc.start()
+    try:
+        traces = f"http://127.0.0.1:{svc.http_port}/v1/traces"
+        produce(HttpExporter(endpoint=traces), "measured", [1.0, 1.0])
+        produce(HttpExporter(endpoint=traces), "open", [1.0], end_episode=False)
+        assert wait_until(lambda: "measured" in trajectories(tmp_path / "out"), timeout=20)
+        points = {}
+        for resource in reader.get_metrics_data().resource_metrics:
+            for scope in resource.scope_metrics:
+                assert scope.scope.name == "agenttrace.collect"
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        points[(metric.name, tuple(point.attributes.items()))] = point.value
+    finally:
+        svc.stop()
+        provider.shutdown()
+    assert points[("agenttrace.collect.spans.received", ())] == (1 + 2 * 2) + 2
+    assert points[("agenttrace.collect.episodes.written", (("status", "completed"),))] == 1
+    assert points[("agenttrace.collect.episodes.open", ())] == 1
+    assert points[("agenttrace.collect.spans.rejected", ())] == 0
+    assert points[("agenttrace.collect.requests.refused", ())] == 0
+
+
 def test_bad_spans_get_partial_success_and_bad_requests_400(service, tmp_path) -> None:
     svc = service()
     traces = f"http://127.0.0.1:{svc.http_port}/v1/traces"
