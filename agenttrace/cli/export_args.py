@@ -15,9 +15,11 @@ from typing import Any
 from agenttrace import semconv as sc
 from agenttrace.processing.writer import DEFAULT_MAX_EPISODE_BYTES
 from agenttrace.sinks.names import FILE_SUFFIXES
+from agenttrace.storage.span_chunks import CHUNK_BYTES
 from agenttrace.trajectory.tokens import PER_CHOICES
 
 FORMATS = ("trajectory", "chat", "tokens", "steps", "minari")
+ENGINES = ("local", "ray")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -234,6 +236,44 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="read spans other tracers wrote as agenttrace's: presets (runner, genai, "
         "openinference, traceloop, agentlightning) and mapping files, comma-separated "
         "(default: $AGENTTRACE_CONVENTIONS; docs/conventions.md)",
+    )
+    engine = parser.add_argument_group("engine (docs/cli.md, On Ray)")
+    engine.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="local: this process, one core (default); ray: Ray Data, the input read and "
+        "rebuilt in parallel, --out then a folder of parts (part-00000.jsonl, ...) named "
+        "like the file would be",
+    )
+    engine.add_argument(
+        "--workers",
+        type=int_at_least(1, "at least 1"),
+        metavar="N",
+        help="--engine ray: tasks at a time, and the CPUs of the Ray it starts (default: "
+        "this machine's cores, or the cluster's CPUs with --ray-address)",
+    )
+    engine.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="--engine ray: the Ray cluster to run on (ray.init's address, e.g. auto or "
+        "ray://HOST:10001); default: a local Ray started for the export and stopped after. "
+        "Every worker must reach --from and --out",
+    )
+    engine.add_argument(
+        "--partitions",
+        type=int_at_least(1, "at least 1"),
+        metavar="N",
+        help="--engine ray: buckets of traces, each rebuilt by one task into one part of "
+        "the output (default: 4 per worker)",
+    )
+    engine.add_argument(
+        "--chunk-bytes",
+        type=int_at_least(1, "at least 1"),
+        default=CHUNK_BYTES,
+        metavar="BYTES",
+        help="--engine ray: bytes of a span file one read task takes (OTLP/JSON lines "
+        f"files; compressed ones are read whole; default: {CHUNK_BYTES})",
     )
     parser.add_argument(
         "--quiet",

@@ -52,6 +52,26 @@ class ExportReport:
     counts: Any = None  # AssemblyCounts
     seconds: float = 0.0
 
+    def add(self, other: ExportReport) -> None:
+        """Count in what another part of the same export did (a bucket of the Ray engine);
+        its first errors after ours, as many as are shown."""
+        added = ("bad_records", "undecodable", "unwritable", "rows", "lossy", "without_llm_calls")
+        for name in added:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in (
+            (self.first_errors, other.first_errors),
+            (self.first_undecodable, other.first_undecodable),
+            (self.first_unwritable, other.first_unwritable),
+        ):
+            mine.extend(theirs[: SHOWN_ERRORS - len(mine)])
+        for counter in ("written", "filtered", "parts", "late_scores"):
+            getattr(self, counter).update(getattr(other, counter))
+        if other.counts is not None:
+            if self.counts is None:
+                self.counts = type(other.counts)()
+            for name in vars(other.counts):
+                setattr(self.counts, name, getattr(self.counts, name) + getattr(other.counts, name))
+
     def bad(self, error: SpanFormatError) -> None:
         if isinstance(error, SpanDecodeError):
             self.undecodable += 1

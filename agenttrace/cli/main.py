@@ -34,7 +34,7 @@ from agenttrace import semconv as sc
 from agenttrace._version import __version__
 from agenttrace.cli import collect as collect_command
 from agenttrace.cli import demo as demo_task
-from agenttrace.cli import episode_view
+from agenttrace.cli import episode_view, export_ray
 from agenttrace.cli import export as export_command
 from agenttrace.cli import score as score_command
 from agenttrace.cli.exits import (
@@ -236,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             return run_demo(args, out, err)
         if args.command == "export":
-            return export_command.run(args, out, err)
+            engine = export_ray if args.engine == "ray" else export_command
+            return engine.run(args, out, err)
         if args.command == "score":
             return score_command.run(args, out, err)
         if args.command == "collect":

@@ -1,0 +1,288 @@
+"""The tasks of ``agenttrace export --engine ray``: what each worker runs (no Ray here; the
+driver, :mod:`agenttrace.cli.export_ray`, runs these on Ray Data).
+
+1. **read** (:func:`read_chunk`, one task per chunk of the input): decode the chunk's lines
+   into span records and write them to one shard file, a segment per bucket. A record's
+   bucket is its trace's: an episode lives in one trace (docs/context-propagation.md), so a
+   bucket holds whole episodes, with the spans of other tracers under them. Two kinds of
+   span reach across traces and are routed apart: a vector env step (one span for N
+   sub-environments' episodes) is split into its env steps as the assembler would split it,
+   each to the bucket of its episode's trace; a score (given by episode id, often from a
+   trace of its own) goes to a side segment, with an index of the episodes the chunk saw.
+2. **scores** (:func:`route_scores`, only when there are scores): each score goes to the
+   bucket of its episode (that of its own trace when no chunk saw the episode).
+3. **rebuild** (:func:`rebuild_bucket`, one task per bucket): stream the bucket's segments,
+   chunk after chunk, so its records come in the order of the input, with its scores where
+   they were read, through the one rebuild of ``agenttrace export``
+   (:func:`agenttrace.cli.export.rebuild_to`: the streaming assembler, the filters, the
+   writers), into the bucket's part of the output.
+
+Each task holds at most one chunk (read) or the episodes open in one bucket (rebuild), never
+the input. Tasks return what they did, and the problems they met, as plain values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import io
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from agenttrace import semconv as sc
+from agenttrace.cli.exits import error_text
+from agenttrace.cli.export import ExportPlan, content_restorer, progress_bar, rebuild_to
+from agenttrace.cli.export_outputs import SHOWN_ERRORS, ExportReport, open_output
+from agenttrace.sinks.names import split_suffix
+from agenttrace.storage.errors import ReadPosition, SpanDecodeError, SpanFormatError
+from agenttrace.storage.record_shards import Segments, ShardWriter, read_segment
+from agenttrace.storage.span_chunks import ChunkReader, SpanChunk
+from agenttrace.trajectory.records import SpanRecord, is_vector_step, split_vector_step
+
+_EPISODE_ID = sc.EPISODE_ID
+_SCORE = sc.SCORE
+_VECTOR_STEP = sc.ENV_VECTOR_STEP
+
+
+def trace_bucket(trace_id: int, buckets: int) -> int:
+    """The bucket of a trace (ints hash alike in every process)."""
+    return hash(trace_id) % buckets
+
+
+def episode_group(episode_id: str, buckets: int) -> int:
+    """The score group of an episode id (a hash that is the same in every process)."""
+    return zlib.crc32(episode_id.encode("utf-8", "surrogatepass")) % buckets
+
+
+# --- 1. read ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ProblemLog:
+    """What a read task could not read: counted, the first few kept to be named in the
+    summary once the driver knows where the chunk's lines start in their file."""
+
+    undecodable: int = 0
+    unreadable: int = 0
+    #: (decode error?, reason, file, line within the chunk, span)
+    first: list[tuple[bool, str, str | None, int | None, int | None]] = field(default_factory=list)
+
+    def __call__(self, error: SpanFormatError) -> None:
+        decode = isinstance(error, SpanDecodeError)
+        if decode:
+            self.undecodable += 1
+        else:
+            self.unreadable += 1
+        if sum(1 for kept in self.first if kept[0] == decode) < SHOWN_ERRORS:
+            self.first.append((decode, error.reason, error.source, error.line, error.span))
+
+    def replay(self, report: ExportReport, name: str, line_offset: int) -> None:
+        """Into ``report``, lines counted from the start of the file (the chunk's first line
+        is line ``line_offset + 1`` of file ``name``)."""
+        for decode, reason, source, line, span in self.first:
+            if line is not None and source == name:
+                line += line_offset
+            kind = SpanDecodeError if decode else SpanFormatError
+            report.bad(kind(reason, source=source, line=line, span=span))
+        shown = sum(1 for kept in self.first if kept[0])
+        report.undecodable += self.undecodable - shown
+        report.bad_records += self.unreadable - (len(self.first) - shown)
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    chunk: SpanChunk
+    buckets: int
+    shard: str  # the shard file to write
+
+
+@dataclass
+class ReadResult:
+    chunk: int
+    spans: int = 0
+    lines: int = 0
+    scores: int = 0
+    problems: ProblemLog = field(default_factory=ProblemLog)
+    #: Records of bucket b at b, scores of group g at buckets + g, episodes seen of group g
+    #: at 2 * buckets + g.
+    segments: Segments = field(default_factory=list)
+    error: str | None = None
+
+
+def read_chunk(task: ReadTask) -> ReadResult:
+    """Decode one chunk and write its records, by bucket, to its shard file."""
+    buckets = task.buckets
+    result = ReadResult(task.chunk.index)
+    shard = ShardWriter(task.shard, 3 * buckets)
+    seen: dict[str, int] = {}  # episode id -> bucket (for the scores of other traces)
+    reader = ChunkReader(task.chunk, result.problems)
+    try:
+        for line, records in reader:
+            result.spans += len(records)
+            by_bucket: dict[int, list[SpanRecord]] = {}
+            for record in records:
+                episode_id = record.attributes.get(_EPISODE_ID)
+                if episode_id is None:
+                    if record.name == _VECTOR_STEP and is_vector_step(record):
+                        for part in split_vector_step(record):  # (as the assembler splits it)
+                            bucket = trace_bucket(part.trace_id, buckets)
+                            seen.setdefault(str(part.attributes[_EPISODE_ID]), bucket)
+                            by_bucket.setdefault(bucket, []).append(part)
+                        continue
+                elif record.name == _SCORE:
+                    group = episode_group(str(episode_id), buckets)
+                    shard.add(buckets + group, (line, [record]))
+                    result.scores += 1
+                    continue
+                else:
+                    seen.setdefault(str(episode_id), trace_bucket(record.trace_id, buckets))
+                bucket = trace_bucket(record.trace_id, buckets)
+                by_bucket.setdefault(bucket, []).append(record)
+            for bucket, kept in by_bucket.items():
+                shard.add(bucket, (line, kept))
+        if result.scores:
+            groups: list[dict[str, int]] = [{} for _ in range(buckets)]
+            for episode_id, bucket in seen.items():
+                groups[episode_group(episode_id, buckets)][episode_id] = bucket
+            for group, episodes in enumerate(groups):
+                if episodes:
+                    shard.add(2 * buckets + group, episodes)
+        result.segments = shard.close()
+    except (OSError, ImportError) as exc:  # the chunk, or the shard, cannot be read or written
+        result.error = f"{task.chunk.name}: {error_text(exc)}"
+    result.lines = reader.lines
+    return result
+
+
+# --- 2. scores --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScoreTask:
+    group: int
+    buckets: int
+    #: (chunk, shard file, its scores segment of this group, its episodes segment of it)
+    shards: list[tuple[int, str, tuple[int, int], tuple[int, int]]]
+    out: str  # the file to write, a segment per bucket
+
+
+@dataclass
+class ScoreResult:
+    group: int
+    segments: Segments = field(default_factory=list)
+    error: str | None = None
+
+
+def route_scores(task: ScoreTask) -> ScoreResult:
+    """Send each score of one group to the bucket of its episode."""
+    buckets = task.buckets
+    result = ScoreResult(task.group)
+    try:
+        where: dict[str, int] = {}
+        for _, path, _, (offset, length) in task.shards:
+            for episodes in read_segment(path, offset, length):
+                for episode_id, bucket in episodes.items():
+                    where.setdefault(episode_id, bucket)
+        out = ShardWriter(task.out, buckets)
+        for chunk, path, (offset, length), _ in task.shards:
+            for line, records in read_segment(path, offset, length):
+                for record in records:
+                    episode_id = str(record.attributes[_EPISODE_ID])
+                    bucket = where.get(episode_id)
+                    if bucket is None:  # an episode not in the input: late, in its own bucket
+                        bucket = trace_bucket(record.trace_id, buckets)
+                    out.add(bucket, (chunk, line, [record]))
+        result.segments = out.close()
+    except OSError as exc:
+        result.error = error_text(exc)
+    return result
+
+
+# --- 3. rebuild -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketTask:
+    bucket: int
+    args: argparse.Namespace
+    plan: ExportPlan
+    folders: dict[str | None, str]  # --split part (None without) -> the folder of its parts
+    records: list[tuple[int, str, int, int]]  # (chunk, shard file, offset, length)
+    scores: list[tuple[str, int, int]]  # (score file, offset, length)
+    chunks: dict[int, tuple[str, int]]  # chunk -> (its file, lines of the file before it)
+
+
+@dataclass
+class BucketResult:
+    bucket: int
+    report: ExportReport
+    paths: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def part_path(folder: str | Path, kind: str, out: str, bucket: int) -> Path:
+    """Where bucket ``bucket`` writes: ``part-00003.jsonl`` (the suffix of ``--out``), or a
+    folder ``part-00003`` of step tables."""
+    name = f"part-{bucket:05d}"
+    return Path(folder) / (name if kind == "steps" else name + split_suffix(Path(out).name)[1])
+
+
+class _BucketSource:
+    """A bucket's records in the order of the input; ``position`` names each one's line."""
+
+    def __init__(self, task: BucketTask, position: ReadPosition) -> None:
+        self.task = task
+        self.position = position
+
+    def records(self) -> Iterator[SpanRecord]:
+        task, position = self.task, self.position
+        streams: list[Iterator[tuple[int, int, list[SpanRecord]]]] = [
+            read_segment(path, offset, length) for path, offset, length in task.scores
+        ]
+        streams.append(_record_frames(task.records))
+        # A score comes before the records of its line: while its episode is open, it joins.
+        frames = heapq.merge(*streams, key=lambda frame: frame[:2])
+        for chunk, line, records in frames:
+            position.source, before = task.chunks[chunk]
+            position.line = before + line
+            yield from records
+
+
+def _record_frames(
+    segments: list[tuple[int, str, int, int]],
+) -> Iterator[tuple[int, int, list[SpanRecord]]]:
+    for chunk, path, offset, length in segments:
+        for line, records in read_segment(path, offset, length):
+            yield chunk, line, records
+
+
+def rebuild_bucket(task: BucketTask) -> BucketResult:
+    """Rebuild one bucket's episodes into its part of the output."""
+    args, kind = task.args, task.plan.kind
+    report = ExportReport()
+    position = ReadPosition()
+    writers: dict[str | None, Any] = {}
+    result = BucketResult(task.bucket, report)
+    try:
+        for name, folder in task.folders.items():
+            path = part_path(folder, kind, args.out, task.bucket)
+            writers[name] = open_output(args, kind, path, None)
+        quiet = progress_bar(Console(file=io.StringIO()), disabled=True)
+        restore = content_restorer(args.blob_store)
+        source = _BucketSource(task, position)
+        rebuild_to(args, task.plan, writers, source, restore, report, position, quiet)
+        if sum(report.written.values()) or report.late_scores[True]:
+            result.paths = [str(writer.close()) for writer in writers.values()]
+        else:  # (an empty bucket writes no part)
+            for writer in writers.values():
+                writer.discard()
+    except (OSError, ImportError, ValueError) as exc:
+        for writer in writers.values():
+            writer.discard()
+        result.error = f"part {task.bucket}: {error_text(exc)}"
+    return result
