@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import clean_environ, run_script, wait_until
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -113,10 +114,11 @@ def health(svc: CollectService) -> dict:
         return json.loads(r.read())
 
 
-def test_episodes_over_http_protobuf_grpc_and_json_are_rebuilt(service, tmp_path) -> None:
+def test_episodes_over_http_protobuf_gzip_grpc_and_json_are_rebuilt(service, tmp_path) -> None:
     svc = service()
     traces = f"http://127.0.0.1:{svc.http_port}/v1/traces"
-    produce(HttpExporter(endpoint=traces), "over-http", [1.0, 0.5, 2.0])
+    produce(HttpExporter(endpoint=traces, compression=Compression.Gzip), "over-http",
+            [1.0, 0.5, 2.0])  # fmt: skip
     produce(GrpcExporter(endpoint=f"127.0.0.1:{svc.grpc_port}", insecure=True), "over-grpc",
             [0.25] * 5)  # fmt: skip
     # OTLP/JSON as the spec writes it (hex ids, string nanos), by hand
@@ -484,4 +486,10 @@ def test_collect_refuses_settings_it_cannot_honour(tmp_path) -> None:
 
     assert main(["collect", "--out", str(tmp_path), "--http", "nowhere"]) == 2
     assert main(["collect", "--out", str(tmp_path), "--sinks", "minari"]) == 2
+    with socket.socket() as taken:  # an address in use: it cannot start, and says so
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = ["collect", "--out", str(tmp_path), "--grpc", "none"]
+        assert main([*command, "--http", f"127.0.0.1:{port}"]) == 1
     assert not os.environ.get("AGENTTRACE_COLLECT")

@@ -84,24 +84,21 @@ def markdown_table(text: str, heading: str) -> list[list[str]]:
 # --- commands -------------------------------------------------------------------------------
 
 
+#: The commands, in the order docs/cli.md and the README list them.
+COMMANDS = ["demo", "export", "inspect", "score", "collect"]
+
+
 def test_the_commands_are_the_same_everywhere(capsys) -> None:
     names = commands(build_parser())
-    assert sorted(names) == ["demo", "export", "inspect", "score"]
+    assert sorted(names) == sorted(COMMANDS)
     count = WORDS[len(names)]
     # docs/cli.md: the count, the usage block, a section each.
     assert CLI_DOC.splitlines()[2].startswith(f"{count.capitalize()} commands: ")
     usage = re.search(r"^```\n(agenttrace --version\n.*?)^```", CLI_DOC, re.S | re.M).group(1)
-    assert [line.split()[1] for line in usage.splitlines()[1:]] == [
-        "demo",
-        "export",
-        "inspect",
-        "score",
-    ]
+    assert [line.split()[1] for line in usage.splitlines()[1:]] == COMMANDS
     assert set(sections(CLI_DOC)) == set(names)
     # README: the layout line and the documentation list.
-    assert f"cli/             agenttrace {' | '.join(['demo', 'export', 'inspect', 'score'])}" in (
-        README
-    )
+    assert f"cli/             agenttrace {' | '.join(COMMANDS)}" in README
     (docs_line,) = [line for line in README.splitlines() if "(docs/cli.md):" in line]
     assert f"the {count} commands" in docs_line
     assert all(f"`agenttrace {name}`" in docs_line for name in names)

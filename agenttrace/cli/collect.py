@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from agenttrace.cli.exits import EXIT_OK, EXIT_USAGE
+from agenttrace.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from agenttrace.cli.export_args import int_at_least
 from agenttrace.collect.collector import SINK_KINDS, CollectSettings
 from agenttrace.collect.service import DEFAULT_GRPC, DEFAULT_HTTP, CollectService, run_forever
@@ -26,6 +26,12 @@ DESCRIPTION = (
 )
 
 
+EPILOG = (
+    "Exit status: 0 stopped cleanly (SIGINT or SIGTERM); 1 it could not start (an address in "
+    "use, an output folder it cannot write, aiohttp missing); 2 bad arguments."
+)
+
+
 def _seconds(value: str) -> float:
     seconds = float(value)
     if not seconds > 0:
@@ -38,6 +44,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "collect",
         help="a service that receives OTLP spans from many processes and writes trajectories",
         description=DESCRIPTION,
+        epilog=EPILOG,
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="where trajectories go")
     parser.add_argument(
@@ -131,7 +138,11 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         err.print(f"agenttrace collect: error: {exc}")
         return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    run_forever(service, announce=lambda text: err.print(text))
+    try:
+        run_forever(service, announce=lambda text: err.print(text))
+    except OSError as exc:  # an address in use, a folder it cannot write
+        err.print(f"agenttrace collect: error: cannot start: {exc}")
+        return EXIT_FAILURE
     health = service.collector.health()
     written = sum(health["episodes_written"].values())
     err.print(
