@@ -246,6 +246,36 @@ def test_a_full_queue_answers_retryably_and_the_sdk_exporters_retry(service, tmp
     }
 
 
+def test_a_span_log_that_cannot_be_written_takes_nothing_and_answers_retryably(
+    service, tmp_path, monkeypatch
+) -> None:
+    """A full disk (injected: the log's append fails as the OS would): the request is not
+    durable, so it is not taken, and the answer says retry; once the disk is back, the SDK
+    exporter's retry is taken."""
+    svc = service()
+    log = svc.collector._log
+    real_append = log.append
+    failures = []
+
+    def full_disk(payload):
+        if len(failures) < 2:
+            failures.append(payload)
+            raise OSError(28, "No space left on device")
+        return real_append(payload)
+
+    monkeypatch.setattr(log, "append", full_disk)
+    traces = f"http://127.0.0.1:{svc.http_port}/v1/traces"
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [EPISODE_SPAN]}]}]})
+    status, headers, answer = post(traces, body.encode(), "application/json")
+    assert (status, headers["Retry-After"]) == (503, "1")
+    assert b"No space left on device" in answer
+    assert health(svc)["queued_spans"] == 0 and health(svc)["spans_received"] == 0
+    produce(HttpExporter(endpoint=traces), "after", [1.0, 1.0])  # its first try fails too
+    assert len(failures) == 2
+    assert wait_until(lambda: "after" in trajectories(tmp_path / "out"), timeout=20)
+    assert trajectories(tmp_path / "out")["after"].length == 2
+
+
 def test_an_episode_gone_quiet_is_written_incomplete_with_its_missing_steps(
     service, tmp_path
 ) -> None:

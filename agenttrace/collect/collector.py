@@ -60,10 +60,11 @@ _TICK_SECONDS = 0.25
 
 
 class Busy(Exception):
-    """The queue is full: answer with a retryable status, ``retry_after`` seconds."""
+    """Nothing taken now (the queue is full, the service is stopping, the span log cannot be
+    written): answer with a retryable status, ``retry_after`` seconds."""
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"queue full; retry after {retry_after} s")
+    def __init__(self, retry_after: int, why: str = "queue full") -> None:
+        super().__init__(f"{why}; retry after {retry_after} s")
         self.retry_after = retry_after
 
 
@@ -127,6 +128,7 @@ class CollectCounts:
     requests_refused_busy: int = 0
     episodes_written: dict[str, int] = field(default_factory=dict)  # status -> count
     sink_errors: int = 0
+    internal_errors: int = 0  # spans left out by a failure inside agenttrace (logged)
     replayed_spans: int = 0
     resumed_episodes: int = 0
     already_written: int = 0
@@ -224,7 +226,7 @@ class Collector:
         """Take one export request (OTLP protobuf or JSON, uncompressed). Returns once it is
         durable; raises :class:`Busy` (retry later) or :class:`Unreadable` (bad request)."""
         if self._closed.is_set():
-            raise Busy(self.settings.retry_after)
+            raise Busy(self.settings.retry_after, "stopping")
         if self._queued_spans >= self.settings.max_queued_spans:
             with self._lock:
                 self.counts.requests_refused_busy += 1
@@ -239,11 +241,15 @@ class Collector:
                 self.counts.spans_rejected += rejected
             raise Unreadable(message or "no spans could be read")
         if records:
-            with self._lock:
-                position = self._log.append(payload)
-                self._queued_spans += len(records)
-                self._queue.put((position.segment, records))
-            self._log.sync(position)
+            try:
+                with self._lock:
+                    position = self._log.append(payload)
+                    self._queued_spans += len(records)
+                    self._queue.put((position.segment, records))
+                self._log.sync(position)
+            except OSError as exc:  # a full or failing disk: not durable, so not taken
+                logger.error("agenttrace collect: cannot write the span log: %s", exc)
+                raise Busy(self.settings.retry_after, f"span log unwritable ({exc})") from exc
         with self._lock:
             self.counts.requests += 1
             self.counts.spans_received += len(records)
@@ -265,9 +271,11 @@ class Collector:
                 try:
                     if item:
                         segment, records = item
-                        self._feed(records, segment)
-                        with self._lock:
-                            self._queued_spans -= len(records)
+                        try:
+                            self._feed(records, segment)
+                        finally:
+                            with self._lock:
+                                self._queued_spans -= len(records)
                     now = time.monotonic()
                     if now >= next_tick:
                         self._tick(now)
@@ -280,7 +288,12 @@ class Collector:
         add = assembler.add
         needed_by: set[str] = set()  # open episodes with records in this batch
         for record in restore_content(records):
-            done = add(record)
+            try:
+                done = add(record)
+            except Exception:  # one record the assembler chokes on costs only itself
+                self.counts.internal_errors += 1
+                logger.exception("agenttrace collect: span %s left out", record.name)
+                continue
             if done:
                 for trajectory in done:
                     self._write(trajectory)
@@ -422,6 +435,7 @@ class Collector:
             "duplicate_spans": assembly.duplicates,
             "unrelated_spans": assembly.unrelated,
             "sink_errors": counts.sink_errors,
+            "internal_errors": counts.internal_errors,
             "replayed_spans": counts.replayed_spans,
             "resumed_episodes": counts.resumed_episodes,
             "log_segments": len(self._log.segments()),
