@@ -292,6 +292,10 @@ def test_an_episode_gone_quiet_is_written_incomplete_with_its_missing_steps(
     assert [s.index for s in got["gap"].steps] == [0, 1, 3, 5]
     assert got["never-ended"].status == "incomplete"
     assert [s.index for s in got["never-ended"].steps] == [0, 1, 2]
+    # a span of an episode already written: counted as late, the trajectory unchanged
+    produce(HttpExporter(endpoint=traces), "whole", [1.0] * 4, skip=(0, 1, 2))
+    assert wait_until(lambda: health(svc)["late_spans"] == 3, timeout=20)  # step, timestep, ep
+    assert len(trajectories(tmp_path / "out")) == 3
 
 
 _CARTPOLE = """
