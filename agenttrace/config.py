@@ -427,7 +427,9 @@ OTHER_VARIABLES: tuple[str, ...] = (
     "AGENTTRACE_UID",  # docker-compose.yml: owner of the stack's span files
     "AGENTTRACE_GID",  # docker-compose.yml
     "AGENTTRACE_SPANS_DIR",  # docker-compose.yml: where the collector writes span files
+    "AGENTTRACE_TRAJECTORIES_DIR",  # docker-compose.yml: where agenttrace-collect writes
     "AGENTTRACE_REQUIRE_PROMETHEUS",  # tests and .ci/run: fail instead of skipping
+    "AGENTTRACE_REQUIRE_NODE",  # tests and .ci/run: the Node.js producer fails, never skips
 )
 _PREFIX = "AGENTTRACE_"
 

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import operator
+import os
 import shutil
 import subprocess
 import tempfile
@@ -53,7 +54,10 @@ def node_modules(request, tmp_path_factory) -> Path:
     """The producer's node_modules, installed by ``npm ci`` once per lock file."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        pytest.skip("node and npm are needed to run the Node.js producer (.ci/run installs them)")
+        why = "node and npm are needed to run the Node.js producer (.ci/run installs them)"
+        if os.environ.get("AGENTTRACE_REQUIRE_NODE") == "1":
+            pytest.fail(f"{why}, and AGENTTRACE_REQUIRE_NODE=1")
+        pytest.skip(why)
     version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
     found = tuple(int(part) for part in version.stdout.strip().lstrip("v").split(".")[:2])
     assert found >= NODE_MIN, f"node {version.stdout.strip()} is older than the SDK's ^18.19"

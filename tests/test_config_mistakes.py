@@ -233,6 +233,8 @@ def test_misspelt_variables_get_one_warning_each_with_the_closest_name(tmp_path)
         AGENTTRACE_GID="1000",
         AGENTTRACE_SPANS_DIR="/tmp/spans",
         AGENTTRACE_REQUIRE_PROMETHEUS="1",
+        AGENTTRACE_REQUIRE_NODE="1",
+        AGENTTRACE_TRAJECTORIES_DIR="/tmp/trajectories",
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "done\n"
