@@ -5,8 +5,9 @@ its own record of each episode (length, return), a score given after each third 
 ``score`` span in a trace of its own), and a vector env, whose every step is one span for
 three episodes that each live in a trace of their own. That run is copied under fresh trace
 and episode ids to over 100,000 spans, interleaved as four processes' exporters would write
-them, in batches of 50 spans a line, cut into 24 files at line boundaries (so episodes are split
-across files) and, by ``--chunk-bytes``, into pieces of files. Ray is a local Ray of two CPUs,
+them (120 spans each in turn), in batches of 50 spans a line (most lines of one trace, some of
+several), cut into 24 files at line boundaries (so episodes are split across files) and, by
+``--chunk-bytes``, into pieces of files. Ray is a local Ray of two CPUs,
 started once for the module, as ``ray.init(num_cpus=2)`` starts it.
 
 Each export on Ray is compared with the local export of the same input, episode by episode and
@@ -45,6 +46,7 @@ COPIES = 12  # of the seed run (about 9,800 spans each)
 FILES = 24
 SPANS_PER_LINE = 50
 WAVE = 4  # copies written at the same time, as by four processes
+RUN = 120  # spans each of them writes in turn
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -114,8 +116,8 @@ def write_input(seed: Path, folder: Path) -> int:
     order: list[SpanRecord] = []
     for wave in range(0, COPIES, WAVE):
         runs = [[copy_of(r, c) for r in records] for c in range(wave, min(COPIES, wave + WAVE))]
-        for i in range(len(records)):
-            order.extend(run[i] for run in runs)
+        for i in range(0, len(records), RUN):  # (most lines of one trace, some of several)
+            order.extend(record for run in runs for record in run[i : i + RUN])
     lines = [
         encode_lines(order[i : i + SPANS_PER_LINE]) + "\n"
         for i in range(0, len(order), SPANS_PER_LINE)
@@ -271,22 +273,30 @@ def test_tokens(tmp_path, capsys) -> None:
 
 
 def test_problems_named_at_their_file_and_line(fleet, tmp_path, capsys) -> None:
-    """Lines that cannot be read, in the middle of a file cut into chunks, are named at the
-    same file and line as by the local export."""
-    lines = (fleet["root"] / "spans" / "spans-00001.jsonl").read_bytes().splitlines(keepends=True)
-    for at_line in (40, 90, len(lines) - 3):
-        lines[at_line] = b'{"resourceSpans": [not json\n'
+    """Problems in a file cut into chunks smaller than its lines are named at the same file
+    and line as by the local export, whether the line was decoded where it was read (not
+    JSON) or in its bucket (a reward that is a string), the torn last line too; exit 3."""
+    lines = fleet["seed"].read_bytes().splitlines(keepends=True)
+    reward = b'"rl.reward","value":{"doubleValue":1.0}'
+    assert reward in lines[6]
+    lines[6] = lines[6].replace(reward, b'"rl.reward","value":{"stringValue":"lots"}', 1)
+    lines[2] = b'{"resourceSpans": [not json\n'
+    lines[-1] = lines[-1][: len(lines[-1]) // 2]
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(b"".join(lines))
-    _, local_err = export(capsys, "--from", str(broken), "--out", str(tmp_path / "l.jsonl"))
+    _, local_err = export(capsys, "--from", str(broken), "--out", str(tmp_path / "l.jsonl"), code=3)
     _, ray_err = export(
         capsys,
         "--engine", "ray", "--chunk-bytes", "65536",
-        "--from", str(broken), "--out", str(tmp_path / "r.jsonl"),
+        "--from", str(broken), "--out", str(tmp_path / "r.jsonl"), code=3,
     )  # fmt: skip
     named = [line for line in local_err.splitlines() if str(broken) in line]
-    assert len(named) == 3 and f"{broken}:{len(lines) - 2}: invalid JSON" in named[-1]
+    assert len(named) == 3
+    for number, text in zip((3, len(lines), 7), named, strict=True):  # (unreadable first)
+        assert text.strip().startswith(f"{broken}:{number}:"), text
+    assert "torn last line" in named[1] and "'lots'" in named[2]
     assert [line for line in ray_err.splitlines() if str(broken) in line] == named
+    assert_same(by_episode(tmp_path / "l.jsonl"), by_episode(tmp_path / "r.jsonl"))
 
 
 def test_output_folder_and_refusals(fleet, tmp_path, capsys) -> None:

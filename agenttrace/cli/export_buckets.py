@@ -40,6 +40,8 @@ from agenttrace.cli.export import ExportPlan, content_restorer, progress_bar, re
 from agenttrace.cli.export_outputs import SHOWN_ERRORS, ExportReport, open_output
 from agenttrace.sinks.names import split_suffix
 from agenttrace.storage.errors import ReadPosition, SpanDecodeError, SpanFormatError
+from agenttrace.storage.otlp_json_lines import line_records
+from agenttrace.storage.otlp_json_route import line_places
 from agenttrace.storage.record_shards import Segments, ShardWriter, read_segment
 from agenttrace.storage.span_chunks import ChunkReader, SpanChunk
 from agenttrace.trajectory.records import SpanRecord, is_vector_step, split_vector_step
@@ -64,12 +66,12 @@ def episode_group(episode_id: str, buckets: int) -> int:
 
 @dataclass
 class ProblemLog:
-    """What a read task could not read: counted, the first few kept to be named in the
-    summary once the driver knows where the chunk's lines start in their file."""
+    """What a task could not read or decode: counted, the first few kept (where they are)
+    for the driver to name the first of the whole input in the summary."""
 
-    undecodable: int = 0
     unreadable: int = 0
-    #: (decode error?, reason, file, line within the chunk, span)
+    undecodable: int = 0
+    #: (decode error?, reason, file, line, span)
     first: list[tuple[bool, str, str | None, int | None, int | None]] = field(default_factory=list)
 
     def __call__(self, error: SpanFormatError) -> None:
@@ -81,17 +83,31 @@ class ProblemLog:
         if sum(1 for kept in self.first if kept[0] == decode) < SHOWN_ERRORS:
             self.first.append((decode, error.reason, error.source, error.line, error.span))
 
-    def replay(self, report: ExportReport, name: str, line_offset: int) -> None:
-        """Into ``report``, lines counted from the start of the file (the chunk's first line
-        is line ``line_offset + 1`` of file ``name``)."""
-        for decode, reason, source, line, span in self.first:
-            if line is not None and source == name:
-                line += line_offset
+    def moved(self, name: str, lines_before: int) -> None:
+        """Lines of file ``name`` counted from the start of the file, not of the chunk."""
+        self.first = [
+            (decode, reason, source, line + lines_before, span)
+            if line is not None and source == name
+            else (decode, reason, source, line, span)
+            for decode, reason, source, line, span in self.first
+        ]
+
+
+def replay_problems(report: ExportReport, logs: list[ProblemLog], files: dict[str, int]) -> None:
+    """The problems of every task into ``report``: all counted, the first named in the order
+    of the input (``files``: file name -> its place in it)."""
+    first = sorted(
+        (kept for log in logs for kept in log.first),
+        key=lambda kept: (files.get(kept[2] or "", len(files)), kept[3] or 0),
+    )
+    shown = {True: 0, False: 0}
+    for decode, reason, source, line, span in first:
+        if shown[decode] < SHOWN_ERRORS:
             kind = SpanDecodeError if decode else SpanFormatError
             report.bad(kind(reason, source=source, line=line, span=span))
-        shown = sum(1 for kept in self.first if kept[0])
-        report.undecodable += self.undecodable - shown
-        report.bad_records += self.unreadable - (len(self.first) - shown)
+            shown[decode] += 1
+    report.undecodable += sum(log.undecodable for log in logs) - shown[True]
+    report.bad_records += sum(log.unreadable for log in logs) - shown[False]
 
 
 @dataclass(frozen=True)
@@ -104,59 +120,83 @@ class ReadTask:
 @dataclass
 class ReadResult:
     chunk: int
-    spans: int = 0
+    spans: int = 0  # decoded here (the lines sent on whole are decoded by their bucket)
+    seen: int = 0  # spans read, decoded or not (for the progress line)
     lines: int = 0
     scores: int = 0
     problems: ProblemLog = field(default_factory=ProblemLog)
-    #: Records of bucket b at b, scores of group g at buckets + g, episodes seen of group g
+    #: Frames of bucket b at b, scores of group g at buckets + g, episodes seen of group g
     #: at 2 * buckets + g.
     segments: Segments = field(default_factory=list)
     error: str | None = None
 
 
 def read_chunk(task: ReadTask) -> ReadResult:
-    """Decode one chunk and write its records, by bucket, to its shard file."""
+    """Read one chunk and write it, by bucket, to its shard file: a line whose spans all go
+    to one bucket as it is (its bucket decodes it), any other line decoded and split."""
     buckets = task.buckets
-    result = ReadResult(task.chunk.index)
+    chunk, result = task.chunk, ReadResult(task.chunk.index)
     shard = ShardWriter(task.shard, 3 * buckets)
     seen: dict[str, int] = {}  # episode id -> bucket (for the scores of other traces)
-    reader = ChunkReader(task.chunk, result.problems)
+    reader = ChunkReader(chunk, result.problems)
     try:
-        for line, records in reader:
-            result.spans += len(records)
-            by_bucket: dict[int, list[SpanRecord]] = {}
-            for record in records:
-                episode_id = record.attributes.get(_EPISODE_ID)
-                if episode_id is None:
-                    if record.name == _VECTOR_STEP and is_vector_step(record):
-                        for part in split_vector_step(record):  # (as the assembler splits it)
-                            bucket = trace_bucket(part.trace_id, buckets)
-                            seen.setdefault(str(part.attributes[_EPISODE_ID]), bucket)
-                            by_bucket.setdefault(bucket, []).append(part)
+        for line, item in reader:
+            if type(item) is bytes:
+                places = line_places(item)
+                if places is not None:
+                    result.seen += places.spans
+                    found = {trace_bucket(trace, buckets) for trace in places.traces}
+                    if len(found) == 1:
+                        (bucket,) = found
+                        for episode_id in places.episodes:
+                            seen.setdefault(episode_id, bucket)
+                        shard.add(bucket, (line, item))
                         continue
-                elif record.name == _SCORE:
-                    group = episode_group(str(episode_id), buckets)
-                    shard.add(buckets + group, (line, [record]))
-                    result.scores += 1
-                    continue
-                else:
-                    seen.setdefault(str(episode_id), trace_bucket(record.trace_id, buckets))
-                bucket = trace_bucket(record.trace_id, buckets)
-                by_bucket.setdefault(bucket, []).append(record)
-            for bucket, kept in by_bucket.items():
-                shard.add(bucket, (line, kept))
-        if result.scores:
-            groups: list[dict[str, int]] = [{} for _ in range(buckets)]
-            for episode_id, bucket in seen.items():
-                groups[episode_group(episode_id, buckets)][episode_id] = bucket
-            for group, episodes in enumerate(groups):
-                if episodes:
-                    shard.add(2 * buckets + group, episodes)
+                    result.seen -= places.spans
+                item = line_records(item, line, chunk.name, result.problems, last=True)
+            assert isinstance(item, list)
+            result.spans += len(item)
+            result.seen += len(item)
+            result.scores += _split(item, line, buckets, shard, seen)
+        groups: list[dict[str, int]] = [{} for _ in range(buckets)]
+        for episode_id, bucket in seen.items():
+            groups[episode_group(episode_id, buckets)][episode_id] = bucket
+        for group, episodes in enumerate(groups):
+            if episodes:
+                shard.add(2 * buckets + group, episodes)
         result.segments = shard.close()
     except (OSError, ImportError) as exc:  # the chunk, or the shard, cannot be read or written
-        result.error = f"{task.chunk.name}: {error_text(exc)}"
+        result.error = f"{chunk.name}: {error_text(exc)}"
     result.lines = reader.lines
     return result
+
+
+def _split(
+    records: list[SpanRecord], line: int, buckets: int, shard: ShardWriter, seen: dict[str, int]
+) -> int:
+    """A decoded line's records into the frames of their buckets; returns the scores."""
+    scores = 0
+    by_bucket: dict[int, list[SpanRecord]] = {}
+    for record in records:
+        episode_id = record.attributes.get(_EPISODE_ID)
+        if episode_id is None:
+            if record.name == _VECTOR_STEP and is_vector_step(record):
+                for part in split_vector_step(record):  # (as the assembler splits it)
+                    bucket = trace_bucket(part.trace_id, buckets)
+                    seen.setdefault(str(part.attributes[_EPISODE_ID]), bucket)
+                    by_bucket.setdefault(bucket, []).append(part)
+                continue
+        elif record.name == _SCORE:
+            shard.add(buckets + episode_group(str(episode_id), buckets), (line, [record]))
+            scores += 1
+            continue
+        bucket = trace_bucket(record.trace_id, buckets)
+        if episode_id is not None:
+            seen.setdefault(str(episode_id), bucket)
+        by_bucket.setdefault(bucket, []).append(record)
+    for bucket, kept in by_bucket.items():
+        shard.add(bucket, (line, kept))
+    return scores
 
 
 # --- 2. scores --------------------------------------------------------------------------------
@@ -221,6 +261,8 @@ class BucketTask:
 class BucketResult:
     bucket: int
     report: ExportReport
+    spans: int = 0  # decoded here: the lines read stage sent on whole
+    problems: ProblemLog = field(default_factory=ProblemLog)
     paths: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -233,32 +275,36 @@ def part_path(folder: str | Path, kind: str, out: str, bucket: int) -> Path:
 
 
 class _BucketSource:
-    """A bucket's records in the order of the input; ``position`` names each one's line."""
+    """A bucket's records in the order of the input (a line sent whole decoded here, with
+    the one decoder); ``position`` names each one's file and line."""
 
-    def __init__(self, task: BucketTask, position: ReadPosition) -> None:
+    def __init__(self, task: BucketTask, result: BucketResult, position: ReadPosition) -> None:
         self.task = task
+        self.result = result
         self.position = position
 
     def records(self) -> Iterator[SpanRecord]:
-        task, position = self.task, self.position
-        streams: list[Iterator[tuple[int, int, list[SpanRecord]]]] = [
+        task, result, position = self.task, self.result, self.position
+        streams: list[Iterator[tuple[int, int, Any]]] = [
             read_segment(path, offset, length) for path, offset, length in task.scores
         ]
-        streams.append(_record_frames(task.records))
+        streams.append(_frames(task.records))
         # A score comes before the records of its line: while its episode is open, it joins.
         frames = heapq.merge(*streams, key=lambda frame: frame[:2])
-        for chunk, line, records in frames:
-            position.source, before = task.chunks[chunk]
-            position.line = before + line
-            yield from records
+        for chunk, line, item in frames:
+            name, before = task.chunks[chunk]
+            position.source, position.line = name, before + line
+            if type(item) is bytes:
+                item = line_records(item, before + line, name, result.problems, last=True)
+                result.spans += len(item)
+            yield from item
 
 
-def _record_frames(
-    segments: list[tuple[int, str, int, int]],
-) -> Iterator[tuple[int, int, list[SpanRecord]]]:
+def _frames(segments: list[tuple[int, str, int, int]]) -> Iterator[tuple[int, int, Any]]:
+    """(chunk, line, the line's bytes or records) of a bucket's segments, chunk after chunk."""
     for chunk, path, offset, length in segments:
-        for line, records in read_segment(path, offset, length):
-            yield chunk, line, records
+        for line, item in read_segment(path, offset, length):
+            yield chunk, line, item
 
 
 def rebuild_bucket(task: BucketTask) -> BucketResult:
@@ -268,13 +314,14 @@ def rebuild_bucket(task: BucketTask) -> BucketResult:
     position = ReadPosition()
     writers: dict[str | None, Any] = {}
     result = BucketResult(task.bucket, report)
+    report.bad = result.problems  # type: ignore[method-assign]  # (named by the driver, in order)
     try:
         for name, folder in task.folders.items():
             path = part_path(folder, kind, args.out, task.bucket)
             writers[name] = open_output(args, kind, path, None)
         quiet = progress_bar(Console(file=io.StringIO()), disabled=True)
         restore = content_restorer(args.blob_store)
-        source = _BucketSource(task, position)
+        source = _BucketSource(task, result, position)
         rebuild_to(args, task.plan, writers, source, restore, report, position, quiet)
         if sum(report.written.values()) or report.late_scores[True]:
             result.paths = [str(writer.close()) for writer in writers.values()]
@@ -285,4 +332,5 @@ def rebuild_bucket(task: BucketTask) -> BucketResult:
         for writer in writers.values():
             writer.discard()
         result.error = f"part {task.bucket}: {error_text(exc)}"
+    del report.bad  # (the method again)
     return result

@@ -69,6 +69,7 @@ from agenttrace.cli.export_buckets import (
     ScoreTask,
     read_chunk,
     rebuild_bucket,
+    replay_problems,
     route_scores,
 )
 from agenttrace.cli.export_outputs import ExportReport
@@ -194,10 +195,12 @@ def _export(
 ) -> int:
     """The three stages; returns how many parts were written."""
     tasks = [ReadTask(c, buckets, str(work / f"chunk-{c.index:06d}")) for c in chunks]
+    seen = 0
 
     def read(result: ReadResult) -> str:
-        report.spans += result.spans
-        return f"reading: {count(report.spans, 'span')} read"
+        nonlocal seen
+        seen += result.seen
+        return f"reading: {count(seen, 'span')} read"
 
     reads: list[ReadResult] = sorted(stages.run("chunk", tasks, read), key=lambda r: r.chunk)
     before: dict[int, tuple[str, int]] = {}  # chunk -> (file, lines of the file before it)
@@ -206,8 +209,12 @@ def _export(
         chunk = chunks[result.chunk]
         before[chunk.index] = (chunk.name, lines.get(chunk.file_index, 0))
         lines[chunk.file_index] = lines.get(chunk.file_index, 0) + result.lines
-        result.problems.replay(report, *before[chunk.index])
-    if report.spans == 0:
+        result.problems.moved(*before[chunk.index])
+    files = {chunk.name: chunk.file_index for chunk in chunks}
+    problems = [result.problems for result in reads]
+    report.spans = sum(result.spans for result in reads)
+    if seen == 0:
+        replay_problems(report, problems, files)
         return 0
 
     score_tasks = []
@@ -243,6 +250,8 @@ def _export(
         return f"rebuilding: {count(episodes, 'episode')} written"
 
     done: list[BucketResult] = stages.run("part", bucket_tasks, rebuilt)
+    report.spans += sum(result.spans for result in done)
+    replay_problems(report, problems + [result.problems for result in done], files)
     return sum(1 for result in done if result.paths)
 
 

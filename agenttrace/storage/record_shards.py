@@ -9,9 +9,10 @@ memory holds a frame, never a bucket.
 
 Pickle, because a frame must come back exactly as the decoder made it (tuples stay tuples,
 numbers keep their type) and the shards are written and read by the same program within one
-run, in its own temporary folder; they are read from nowhere else. zlib at its fastest
-level: span records compress about sixfold, for a few percent of the time it takes to decode
-them, and shards of a large export fill disks too.
+run, in its own temporary folder; they are read from nowhere else. Compressed at the fastest
+level, with zstd when the zstandard package is there (spans compress tenfold or more, for about
+5 % of the rebuild's time), else zlib (twice that time): the shards of a large export would
+fill disks, and cross the network to shared storage.
 """
 
 from __future__ import annotations
@@ -27,6 +28,24 @@ from typing import Any
 Segments = list[tuple[int, int]]
 
 _LENGTH = 4
+_ZSTD, _ZLIB = b"s", b"z"  # (a frame's first byte: how it is compressed)
+
+
+def _codec() -> tuple[Any, Any]:
+    try:
+        import zstandard
+    except ImportError:
+        return lambda data: _ZLIB + zlib.compress(data, 1), None
+    compress = zstandard.ZstdCompressor(level=1).compress
+    return lambda data: _ZSTD + compress(data), zstandard.ZstdDecompressor().decompress
+
+
+def _decompress(data: bytes, zstd: Any) -> bytes:
+    if data[:1] == _ZLIB:
+        return zlib.decompress(data[1:])
+    if zstd is None:
+        raise OSError("a shard frame is zstd data, and the zstandard package is missing")
+    return zstd(data[1:])
 
 
 class ShardWriter:
@@ -35,9 +54,10 @@ class ShardWriter:
     def __init__(self, path: str | os.PathLike, segments: int) -> None:
         self.path = path
         self._buffers: list[io.BytesIO | None] = [None] * segments
+        self._compress = _codec()[0]
 
     def add(self, segment: int, frame: Any) -> None:
-        data = zlib.compress(pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL), 1)
+        data = self._compress(pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL))
         buffer = self._buffers[segment]
         if buffer is None:
             buffer = self._buffers[segment] = io.BytesIO()
@@ -64,6 +84,7 @@ def read_segment(path: str | os.PathLike, offset: int, length: int) -> Iterator[
     """The frames of one segment, in the order they were added."""
     if not length:
         return
+    zstd = _codec()[1]
     with open(path, "rb") as stream:
         stream.seek(offset)
         left = length
@@ -74,4 +95,4 @@ def read_segment(path: str | os.PathLike, offset: int, length: int) -> Iterator[
                 at = offset + length - left
                 raise OSError(f"shard {os.fspath(path)} ends inside the frame at byte {at}")
             left -= _LENGTH + size
-            yield pickle.loads(zlib.decompress(data))
+            yield pickle.loads(_decompress(data, zstd))

@@ -6,14 +6,16 @@ A source is what ``--from`` takes for files (a path, a folder or a glob) or an f
 are found as :func:`agenttrace.storage.sources.span_files` finds them (a folder gives its span
 files only, told by their first bytes, in rotation order) and cut into :class:`SpanChunk` s:
 
-* an OTLP/JSON lines file larger than ``chunk_bytes``, into byte ranges. A range holds the
-  lines that *start* in it, so every line is read once, whole, by one chunk;
-* any other file (gzip, the Collector's protobuf or zstd, one pretty-printed document, a file
-  no larger than a chunk) is one chunk, read by the reader of whole files.
+* an OTLP/JSON lines file, into byte ranges of ``chunk_bytes``. A range holds the lines that
+  *start* in it, so every line is read once, whole, by one chunk;
+* any other file (gzip, the Collector's protobuf or zstd, one pretty-printed document) is one
+  chunk, read by the reader of whole files.
 
-:class:`ChunkReader` gives a chunk's records a line at a time, each line through the same
-decoder as every other reader. Lines are numbered from 1 within the chunk: the number of a
-line in its file is known once the chunks before it have counted theirs (``lines``).
+:class:`ChunkReader` gives a range's lines as they are (for the caller to decode with
+:func:`~agenttrace.storage.otlp_json_lines.line_records`, here or elsewhere) and a whole file's
+records a line (frame, document) at a time. Lines are numbered from 1 within the chunk: the
+number of a line in its file is known once the chunks before it have counted theirs
+(``lines``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import IO, Any
 
 from agenttrace._version import install_hint
 from agenttrace.storage.errors import ErrorHandler, ReadPosition, SpanFormatError
-from agenttrace.storage.otlp_json_lines import line_records
 from agenttrace.storage.sources import SourceError, read_span_file, span_files
 from agenttrace.storage.span_paths import (
     NOT_SPANS,
@@ -89,7 +90,7 @@ def plan_chunks(text: str, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, list[Sp
         with _open(url) as stream:
             head = stream.read(SNIFF_BYTES)
             size = stream.seek(0, os.SEEK_END)
-        if size <= chunk_bytes or not _cuttable(head, url):
+        if not _cuttable(head, url):
             chunks.append(SpanChunk(len(chunks), url, url, number))
             continue
         for start in range(0, size, chunk_bytes):
@@ -100,22 +101,24 @@ def plan_chunks(text: str, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, list[Sp
 
 
 class ChunkReader:
-    """The records of one chunk, a line (frame, document) at a time: ``(line, records)``,
-    the line numbered within the chunk. Problems go to ``report``, located at the file and
-    the line within the chunk; ``lines`` is the chunk's count of lines once read."""
+    """What one chunk holds, a line at a time, as ``(line, item)``, the line numbered within
+    the chunk: for a range, each line's bytes as they are (``item`` is bytes); for a whole
+    file, each line's (frame's, document's) records (``item`` is a list). Problems of a whole
+    file go to ``report``, located at the file and line; ``lines`` is the chunk's count of
+    lines once read."""
 
     def __init__(self, chunk: SpanChunk, report: ErrorHandler) -> None:
         self.chunk = chunk
         self.report = report
         self.lines = 0
 
-    def __iter__(self) -> Iterator[tuple[int, list[SpanRecord]]]:
+    def __iter__(self) -> Iterator[tuple[int, bytes | list[SpanRecord]]]:
         if self.chunk.end is None:
             return self._whole()
         return self._range()
 
-    def _range(self) -> Iterator[tuple[int, list[SpanRecord]]]:
-        chunk, report = self.chunk, self.report
+    def _range(self) -> Iterator[tuple[int, bytes | list[SpanRecord]]]:
+        chunk = self.chunk
         assert chunk.end is not None
         with _open(chunk.url) as stream:
             at = chunk.start
@@ -128,10 +131,9 @@ class ChunkReader:
                     break
                 at += len(line)
                 self.lines += 1
-                # (only a file's last line can lack its newline: "last" says nothing more)
-                yield self.lines, line_records(line, self.lines, chunk.name, report, last=True)
+                yield self.lines, line
 
-    def _whole(self) -> Iterator[tuple[int, list[SpanRecord]]]:
+    def _whole(self) -> Iterator[tuple[int, bytes | list[SpanRecord]]]:
         chunk = self.chunk
         with _local_copy(chunk.url) as path:
             report = self.report
