@@ -25,6 +25,17 @@ turn, and the fastest of each counts (other load on the machine only ever slows 
 Besides wall-clock spans/s it prints spans per CPU second (the process's user + system time),
 which another process on the same cores disturbs less. ``--baseline none`` measures the
 current code alone.
+
+``--engine ray`` measures ``agenttrace export --engine ray`` instead, on one file of ``--spans``
+spans: with 1 worker, then 2, each in a fresh process that starts a local Ray of that many
+CPUs and exports the file once, to let Ray start its worker processes, then ``--rounds``
+times more, the fastest counting (the first export and Ray's start are printed apart: they
+do not grow with the input), next to the local export of the same file. It prints spans/s for
+each (and per CPU second of all the export's processes: the driver, Ray's own and the
+workers), the speed-up, and, from the rate per core of the 2-worker run (every core busy, the
+scheduling and the shards included), what 10^9 spans would take on 64 cores if the rate per
+core held: the read and rebuild tasks share nothing but the shard files, so they scale out as
+far as the filesystem that holds the shards keeps up.
 """
 
 from __future__ import annotations
@@ -138,6 +149,95 @@ def measure(span_file: Path, out: Path, code_root: Path | None = None) -> dict:
     }
 
 
+def measure_ray(span_file: Path, out: Path, workers: int, rounds: int) -> dict:
+    """``agenttrace export --engine ray --workers N`` in a fresh process that started a local
+    Ray of N CPUs first: Ray's start, then a first export (cold: Ray starts its worker
+    processes, which import agenttrace and Ray Data), then ``rounds`` more (warm), the fastest
+    of them counting: seconds, and CPU seconds of every process of the export (the driver,
+    Ray's own, the workers)."""
+    code = (
+        "import logging, shutil, sys, time\n"
+        "import psutil, ray\n"
+        "from agenttrace.cli.main import main\n"
+        "def cpu():\n"
+        "    total = 0.0\n"
+        "    for p in [psutil.Process(), *psutil.Process().children(recursive=True)]:\n"
+        "        try:\n"
+        "            times = p.cpu_times()\n"
+        "        except psutil.Error:\n"
+        "            continue\n"
+        "        total += times.user + times.system\n"
+        "    return total\n"
+        "span_file, out, workers, rounds = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])\n"
+        "t = time.perf_counter()\n"
+        "ray.init(num_cpus=workers, include_dashboard=False, logging_level=logging.ERROR)\n"
+        "print('start', time.perf_counter() - t)\n"
+        "for _ in range(rounds + 1):\n"
+        "    shutil.rmtree(out, ignore_errors=True)\n"
+        "    t, c = time.perf_counter(), cpu()\n"
+        "    status = main(['export', '--engine', 'ray', '--workers', str(workers), '--from',\n"
+        "                   span_file, '--out', out, '--quiet'])\n"
+        "    print('export', time.perf_counter() - t, cpu() - c, status)\n"
+        "shutil.rmtree(out, ignore_errors=True)\n"
+        "ray.shutdown()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(span_file), str(out), str(workers), str(rounds)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
+    lines = [line.split() for line in result.stdout.splitlines() if line.strip()]
+    exports = [(float(s), float(c), int(status)) for _, s, c, status in lines[1:]]
+    if result.returncode != 0 or len(exports) != rounds + 1 or any(e[2] for e in exports):
+        raise SystemExit(f"export on Ray failed:\n{result.stdout}\n{result.stderr}")
+    warm = min(exports[1:])
+    return {
+        "ray_start_seconds": float(lines[0][1]),
+        "cold_seconds": exports[0][0],
+        "seconds": warm[0],
+        "cpu_seconds": warm[1],
+    }
+
+
+def ray_main(args: argparse.Namespace, folder: Path) -> None:
+    """``--engine ray``: the export with 1 and 2 workers on one file (and the local export
+    of it, for comparison), and what 10^9 spans would take on 64 cores at the measured rate
+    per core."""
+    seed_file = record_run(folder)
+    span_file = folder / "spans-ray.jsonl"
+    spans = grow(seed_file, span_file, args.spans)
+    print(f"{spans:,} spans ({span_file.stat().st_size / 2**20:,.0f} MiB), one file")
+    results: dict = {"spans": spans}
+    local = best(
+        [measure(span_file, folder / "local.jsonl") for _ in range(max(1, args.rounds))], spans
+    )
+    results["local"] = local
+    print(line("local (1 core)", local))
+    for workers in (1, 2):
+        figures = measure_ray(span_file, folder / "ray.jsonl", workers, args.rounds)
+        figures["spans_per_s"] = spans / figures["seconds"]
+        figures["spans_per_cpu_s"] = spans / figures["cpu_seconds"]
+        results[workers] = figures
+        label = f"ray, {workers} worker{'s' if workers > 1 else ''}"
+        print(
+            f"{label:>18}: {figures['seconds']:6.1f} s = {figures['spans_per_s']:9,.0f} spans/s "
+            f"({figures['spans_per_cpu_s']:9,.0f} per CPU s of all its processes); first "
+            f"export {figures['cold_seconds']:.1f} s, "
+            f"Ray's start {figures['ray_start_seconds']:.1f} s"
+        )
+    per_core = results[2]["spans_per_s"] / 2
+    speedup = results[2]["spans_per_s"] / results[1]["spans_per_s"]
+    hours = 1e9 / (per_core * 64) / 3600
+    results.update(speedup=speedup, per_core=per_core, hours_1e9_on_64=hours)
+    print(f"2 workers / 1 worker: x{speedup:.2f}; per core with 2 workers: {per_core:,.0f} spans/s")
+    print(f"10^9 spans on 64 cores at {per_core:,.0f} spans/s a core: {hours:.1f} h")
+    if not args.keep:
+        span_file.unlink()
+    print(json.dumps(results))
+
+
 def measure_floor(span_file: Path) -> dict:
     """Seconds (fastest of three passes over the file's lines, already in memory) of msgspec's
     parse alone, and of the decoder to checked records, in a fresh process."""
@@ -231,9 +331,18 @@ def main() -> None:
     parser.add_argument(
         "--no-floor", action="store_true", help="skip the parse-only and decode-only figures"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="ray: agenttrace export --engine ray with 1 and 2 workers instead (see above)",
+    )
     args = parser.parse_args()
     folder = Path(args.keep or tempfile.mkdtemp(prefix="agenttrace-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
+    if args.engine == "ray":
+        ray_main(args, folder)
+        return
     baseline_root = None
     if args.baseline.lower() != "none":
         baseline_root = checkout(args.baseline, Path(tempfile.mkdtemp(prefix="agenttrace-base-")))

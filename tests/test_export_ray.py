@@ -148,6 +148,25 @@ def export(capsys: pytest.CaptureFixture, *args: str, code: int = 0) -> tuple[st
     return out, err
 
 
+def both(
+    capsys: pytest.CaptureFixture,
+    folder: Path,
+    source: str,
+    suffix: str,
+    *options: str,
+    on_ray: tuple[str, ...] = (),
+    ray_source: str | None = None,
+    code: int = 0,
+) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The local export to ``folder/local<suffix>``, then the export on Ray (with ``on_ray``
+    options, from ``ray_source`` when given) to ``folder/ray<suffix>``: each one's stdout and
+    stderr."""
+    local_args = (*options, "--from", source, "--out", f"{folder}/local{suffix}")
+    local = export(capsys, *local_args, code=code)
+    ray_args = ("--engine", "ray", *on_ray, *options, "--from", ray_source or source)
+    return local, export(capsys, *ray_args, "--out", f"{folder}/ray{suffix}", code=code)
+
+
 def by_episode(source: Any) -> dict[str, at.Trajectory]:
     trajectories = load_trajectories(source)
     found = {t.episode_id: t for t in trajectories}
@@ -174,12 +193,8 @@ def test_equal_to_the_local_export_over_many_files(fleet, tmp_path, capsys) -> N
     loop; the same summary."""
     source, record = str(fleet["root"] / "spans"), fleet["record"]
     assert fleet["spans"] > 100_000
-    local_out, _ = export(capsys, "--from", source, "--out", str(tmp_path / "local.jsonl"))
-    ray_out, _ = export(
-        capsys,
-        "--engine", "ray", "--workers", "2", "--partitions", "6", "--chunk-bytes", "262144",
-        "--from", source, "--out", str(tmp_path / "ray.jsonl"),
-    )  # fmt: skip
+    ray_options = ("--workers", "2", "--partitions", "6", "--chunk-bytes", "262144")
+    (local_out, _), (ray_out, _) = both(capsys, tmp_path, source, ".jsonl", on_ray=ray_options)
     assert "arrived after" not in local_out  # (no span of the input is late)
     local, on_ray = by_episode(tmp_path / "local.jsonl"), by_episode(tmp_path / "ray.jsonl")
     assert_same(local, on_ray)
@@ -206,13 +221,9 @@ def test_equal_to_the_local_export_over_many_files(fleet, tmp_path, capsys) -> N
 def test_fsspec_url_to_parquet(fleet, tmp_path, capsys) -> None:
     """An fsspec URL (file://) of a glob, to Parquet parts: the same as the local export."""
     seed = fleet["seed"]
-    export(capsys, "--from", str(seed), "--out", str(tmp_path / "local.parquet"))
     url = f"file://{seed.parent}/spans*.jsonl"
-    out, _ = export(
-        capsys,
-        "--engine", "ray", "--partitions", "3", "--chunk-bytes", "100000",
-        "--from", url, "--out", str(tmp_path / "ray.parquet"),
-    )  # fmt: skip
+    on_ray = ("--partitions", "3", "--chunk-bytes", "100000")
+    _, (out, _) = both(capsys, tmp_path, str(seed), ".parquet", on_ray=on_ray, ray_source=url)
     assert url in out
     assert_same(by_episode([tmp_path / "local.parquet"]), by_episode(tmp_path / "ray.parquet"))
     assert {p.suffix for p in (tmp_path / "ray.parquet").iterdir()} <= {".parquet", ".jsonl"}
@@ -221,12 +232,7 @@ def test_fsspec_url_to_parquet(fleet, tmp_path, capsys) -> None:
 def test_step_tables(fleet, tmp_path, capsys) -> None:
     """--format steps makes one step-tables folder, every bucket's parts in it."""
     seed = str(fleet["seed"])
-    export(capsys, "--format", "steps", "--from", seed, "--out", str(tmp_path / "local"))
-    export(
-        capsys,
-        "--engine", "ray", "--partitions", "3", "--format", "steps",
-        "--from", seed, "--out", str(tmp_path / "ray"),
-    )  # fmt: skip
+    both(capsys, tmp_path, seed, "", "--format", "steps", on_ray=("--partitions", "3"))
     for local, on_ray in zip(
         read_step_tables(tmp_path / "local"), read_step_tables(tmp_path / "ray"), strict=True
     ):
@@ -256,12 +262,7 @@ def test_tokens(tmp_path, capsys) -> None:
                     prompt = [*prompt, *completion, 7]
     at.shutdown()
     spans = str(runtime.span_paths[0])
-    export(capsys, "--format", "tokens", "--from", spans, "--out", str(tmp_path / "local.jsonl"))
-    export(
-        capsys,
-        "--engine", "ray", "--partitions", "3", "--format", "tokens",
-        "--from", spans, "--out", str(tmp_path / "ray.jsonl"),
-    )  # fmt: skip
+    both(capsys, tmp_path, spans, ".jsonl", "--format", "tokens", on_ray=("--partitions", "3"))
 
     def rows(files: list[Path]) -> list[dict]:
         found = [json.loads(line) for path in files for line in path.read_text().splitlines()]
@@ -284,19 +285,16 @@ def test_problems_named_at_their_file_and_line(fleet, tmp_path, capsys) -> None:
     lines[-1] = lines[-1][: len(lines[-1]) // 2]
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(b"".join(lines))
-    _, local_err = export(capsys, "--from", str(broken), "--out", str(tmp_path / "l.jsonl"), code=3)
-    _, ray_err = export(
-        capsys,
-        "--engine", "ray", "--chunk-bytes", "65536",
-        "--from", str(broken), "--out", str(tmp_path / "r.jsonl"), code=3,
-    )  # fmt: skip
+    small = ("--chunk-bytes", "65536")
+    local, on_ray = both(capsys, tmp_path, str(broken), ".jsonl", on_ray=small, code=3)
+    local_err, ray_err = local[1], on_ray[1]
     named = [line for line in local_err.splitlines() if str(broken) in line]
     assert len(named) == 3
     for number, text in zip((3, len(lines), 7), named, strict=True):  # (unreadable first)
         assert text.strip().startswith(f"{broken}:{number}:"), text
     assert "torn last line" in named[1] and "'lots'" in named[2]
     assert [line for line in ray_err.splitlines() if str(broken) in line] == named
-    assert_same(by_episode(tmp_path / "l.jsonl"), by_episode(tmp_path / "r.jsonl"))
+    assert_same(by_episode(tmp_path / "local.jsonl"), by_episode(tmp_path / "ray.jsonl"))
 
 
 def test_output_folder_and_refusals(fleet, tmp_path, capsys) -> None:

@@ -1,19 +1,22 @@
 """The tasks of ``agenttrace export --engine ray``: what each worker runs (no Ray here; the
 driver, :mod:`agenttrace.cli.export_ray`, runs these on Ray Data).
 
-1. **read** (:func:`read_chunk`, one task per chunk of the input): decode the chunk's lines
-   into span records and write them to one shard file, a segment per bucket. A record's
-   bucket is its trace's: an episode lives in one trace (docs/context-propagation.md), so a
-   bucket holds whole episodes, with the spans of other tracers under them. Two kinds of
-   span reach across traces and are routed apart: a vector env step (one span for N
-   sub-environments' episodes) is split into its env steps as the assembler would split it,
-   each to the bucket of its episode's trace; a score (given by episode id, often from a
-   trace of its own) goes to a side segment, with an index of the episodes the chunk saw.
+1. **read** (:func:`read_chunk`, one task per chunk of the input): write the chunk's lines to
+   one shard file, a segment per bucket. A span's bucket is its trace's: an episode lives in
+   one trace (docs/context-propagation.md), so a bucket holds whole episodes, with the spans
+   of other tracers under them. A line whose spans all go to one bucket goes there as it is
+   (:mod:`agenttrace.storage.otlp_json_route` tells where without decoding it); any other
+   line is decoded here and its records split. Two kinds of span reach across traces and are
+   routed apart: a vector env step (one span for N sub-environments' episodes) is split into
+   its env steps as the assembler would split it, each to the bucket of its episode's trace;
+   a score (given by episode id, often from a trace of its own) goes to a side segment. Each
+   chunk also writes which episodes it saw in which bucket, for the scores.
 2. **scores** (:func:`route_scores`, only when there are scores): each score goes to the
    bucket of its episode (that of its own trace when no chunk saw the episode).
 3. **rebuild** (:func:`rebuild_bucket`, one task per bucket): stream the bucket's segments,
-   chunk after chunk, so its records come in the order of the input, with its scores where
-   they were read, through the one rebuild of ``agenttrace export``
+   chunk after chunk, so its records come in the order of the input (the lines sent whole
+   decoded here, with the one decoder), with its scores where they were read, through the one
+   rebuild of ``agenttrace export``
    (:func:`agenttrace.cli.export.rebuild_to`: the streaming assembler, the filters, the
    writers), into the bucket's part of the output.
 

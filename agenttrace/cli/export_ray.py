@@ -129,7 +129,10 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         for partial in partials.values():
             _remove(partial)
             partial.mkdir()
-        started_ray = _start_ray(ray, args)
+        try:
+            started_ray = _start_ray(ray, args)
+        except Exception as exc:  # (ray.init raises what it likes: ConnectionError, ...)
+            raise _StageError(f"Ray could not be started or reached: {error_text(exc)}") from exc
         workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         buckets = args.partitions or PARTS_PER_WORKER * workers
         started = time.perf_counter()

@@ -48,7 +48,7 @@ from agenttrace.storage.span_paths import (
 from agenttrace.trajectory.records import SpanRecord
 
 #: Bytes of a span file one read task takes (``--chunk-bytes``).
-CHUNK_BYTES = 32 * 1024 * 1024
+CHUNK_BYTES = 64 * 1024 * 1024
 _READ_BUFFER = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 
