@@ -17,6 +17,8 @@ scores merged), and each CartPole episode with what the loop itself recorded.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import logging
 import math
@@ -25,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -36,6 +39,10 @@ from agenttrace.cli.main import main
 from agenttrace.instrument.vector import TracedVectorEnv
 from agenttrace.reading import load_trajectories, read_step_tables
 from agenttrace.storage import encode_lines, read_otlp_json
+from agenttrace.storage.errors import SpanFormatError
+from agenttrace.storage.otlp_json_lines import line_records
+from agenttrace.storage.otlp_json_route import line_places
+from agenttrace.storage.span_chunks import ChunkReader, plan_chunks
 from agenttrace.trajectory.equality import values_equal
 from agenttrace.trajectory.records import SpanLink, SpanRecord
 
@@ -139,6 +146,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def _strict(error: SpanFormatError) -> None:
+    raise error
 
 
 def export(capsys: pytest.CaptureFixture, *args: str, code: int = 0) -> tuple[str, str]:
@@ -295,6 +306,60 @@ def test_problems_named_at_their_file_and_line(fleet, tmp_path, capsys) -> None:
     assert "torn last line" in named[1] and "'lots'" in named[2]
     assert [line for line in ray_err.splitlines() if str(broken) in line] == named
     assert_same(by_episode(tmp_path / "local.jsonl"), by_episode(tmp_path / "ray.jsonl"))
+
+
+def test_lines_are_placed_as_the_decoder_reads_them(fleet) -> None:
+    """The read stage's look at a line (no decoding) finds the traces and episode ids the
+    decoder finds, and gives up on every line only decoding can place."""
+    for number, line in enumerate(fleet["seed"].read_bytes().splitlines(keepends=True), 1):
+        records = line_records(line, number, "seed", _strict, last=True)
+        places = line_places(line)
+        if any(r.name in (sc.SCORE, sc.ENV_VECTOR_STEP) for r in records):
+            assert places is None
+            continue
+        assert places is not None and places.spans == len(records)
+        assert places.traces == {r.trace_id for r in records}
+        assert places.episodes == {r.attributes[sc.EPISODE_ID] for r in records}
+    line = next(line for line in fleet["seed"].read_bytes().splitlines() if b'"timestep"' in line)
+    trace_id = json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
+    as_base64 = base64.b64encode(bytes.fromhex(trace_id)).decode().encode()
+    for changed in (
+        line.replace(trace_id.encode(), as_base64),  # (the decoder reads base64 ids too)
+        line.replace(b'"scopeSpans"', b'"instrumentationLibrarySpans"'),
+        line.replace(b'"resourceSpans"', b'"resource_spans"'),
+        line.replace(b'"name":"timestep"', b'"name":"score"', 1),
+        line[:-20],
+    ):
+        assert line_places(changed) is None
+
+
+def test_span_files_on_another_filesystem(fleet, tmp_path, capsys) -> None:
+    """A folder on a filesystem that is not this machine's (fsspec's memory://): its span
+    files are found by their first bytes (the trajectories file beside them left out), a plain
+    file is cut into ranges, a gzip file copied and read whole; the chunks hold every record."""
+    memory = fsspec.filesystem("memory")
+    data = fleet["seed"].read_bytes()
+    export(capsys, "--from", str(fleet["seed"]), "--out", str(tmp_path / "t.jsonl"))
+    memory.pipe("/run/spans-00001.jsonl", data)
+    memory.pipe("/run/spans-00002.jsonl.gz", gzip.compress(data))
+    memory.pipe("/run/trajectories.jsonl", (tmp_path / "t.jsonl").read_bytes())
+    try:
+        description, chunks = plan_chunks("memory:///run", 100_000)
+        assert description == "memory:///run (2 files)"
+        assert {c.url for c in chunks} == {
+            "memory:///run/spans-00001.jsonl",
+            "memory:///run/spans-00002.jsonl.gz",
+        }
+        assert [c.end is None for c in chunks].count(True) == 1 and len(chunks) > 3
+        records = []
+        for chunk in chunks:
+            for line, item in ChunkReader(chunk, _strict):
+                if type(item) is bytes:
+                    item = line_records(item, line, chunk.name, _strict, last=True)
+                records.extend(item)
+        assert records == 2 * list(read_otlp_json(fleet["seed"]))
+    finally:
+        memory.rm("/run", recursive=True)
 
 
 def test_output_folder_and_refusals(fleet, tmp_path, capsys) -> None:

@@ -130,7 +130,7 @@ class ReadResult:
     problems: ProblemLog = field(default_factory=ProblemLog)
     #: Frames of bucket b at b, scores of group g at buckets + g, episodes seen of group g
     #: at 2 * buckets + g.
-    segments: Segments = field(default_factory=list)
+    segments: Segments = field(default_factory=Segments)
     error: str | None = None
 
 
@@ -217,7 +217,7 @@ class ScoreTask:
 @dataclass
 class ScoreResult:
     group: int
-    segments: Segments = field(default_factory=list)
+    segments: Segments = field(default_factory=Segments)
     error: str | None = None
 
 

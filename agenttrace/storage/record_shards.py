@@ -17,15 +17,13 @@ fill disks, and cross the network to shared storage.
 
 from __future__ import annotations
 
+import array
 import io
 import os
 import pickle
 import zlib
 from collections.abc import Iterator
 from typing import Any
-
-#: (offset, length) of each segment in its shard file; (0, 0) for an empty one.
-Segments = list[tuple[int, int]]
 
 _LENGTH = 4
 _ZSTD, _ZLIB = b"s", b"z"  # (a frame's first byte: how it is compressed)
@@ -48,6 +46,23 @@ def _decompress(data: bytes, zstd: Any) -> bytes:
     return zstd(data[1:])
 
 
+class Segments:
+    """Where each segment of a shard file is: ``segments[i]`` is its (offset, length), the
+    boundaries kept in one array (the driver holds these of every chunk of a large input)."""
+
+    __slots__ = ("bounds",)
+
+    def __init__(self, bounds: array.array | None = None) -> None:
+        self.bounds = bounds if bounds is not None else array.array("q", [0])
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        start = self.bounds[index]
+        return start, self.bounds[index + 1] - start
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+
 class ShardWriter:
     """Frames into the segments of one shard file, written whole at :meth:`close`."""
 
@@ -66,18 +81,17 @@ class ShardWriter:
 
     def close(self) -> Segments:
         """Write the file (none when every segment is empty); where each segment is."""
-        segments: Segments = []
+        bounds = array.array("q", [0])
         if not any(self._buffers):
-            return [(0, 0)] * len(self._buffers)
+            bounds.extend([0] * len(self._buffers))
+            return Segments(bounds)
         with open(self.path, "wb") as out:
-            offset = 0
             for buffer in self._buffers:
-                data = b"" if buffer is None else buffer.getvalue()
-                out.write(data)
-                segments.append((offset, len(data)) if data else (0, 0))
-                offset += len(data)
+                if buffer is not None:
+                    out.write(buffer.getbuffer())
+                bounds.append(bounds[-1] + (0 if buffer is None else buffer.tell()))
         self._buffers = [None] * len(self._buffers)
-        return segments
+        return Segments(bounds)
 
 
 def read_segment(path: str | os.PathLike, offset: int, length: int) -> Iterator[Any]:
