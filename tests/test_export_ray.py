@@ -24,12 +24,14 @@ import logging
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import fsspec
 import gymnasium as gym
 import numpy as np
+import psutil
 import pytest
 import ray
 
@@ -284,6 +286,26 @@ def test_tokens(tmp_path, capsys) -> None:
     assert rows(sorted((tmp_path / "ray.jsonl").glob("part-*.jsonl"))) == local
 
 
+def test_episodes_of_one_trace(tmp_path, capsys) -> None:
+    """Episodes that share one trace (a driver's span over them all) are one part, rebuilt by
+    one task as the local export rebuilds them; the summary says why it took one task."""
+    runtime = at.configure(
+        out=str(tmp_path / "run"), run_name="driver", sinks=(), exit_report=False
+    )
+    with runtime.tracer.start_as_current_span("train"):
+        for seed in range(4):
+            with at.episode(episode_id=f"one-trace-{seed}", task_id="count"):
+                for _ in range(3):
+                    with at.timestep(), at.env_step() as step:
+                        step.record(reward=1.0)
+    at.shutdown()
+    spans = str(runtime.span_paths[0])
+    _, (out, _) = both(capsys, tmp_path, spans, ".jsonl", on_ray=("--workers", "2"))
+    assert "one part held 100% of the input" in out
+    assert_same(by_episode(tmp_path / "local.jsonl"), by_episode(tmp_path / "ray.jsonl"))
+    assert len(list((tmp_path / "ray.jsonl").iterdir())) == 1
+
+
 def test_problems_named_at_their_file_and_line(fleet, tmp_path, capsys) -> None:
     """Problems in a file cut into chunks smaller than its lines are named at the same file
     and line as by the local export, whether the line was decoded where it was read (not
@@ -399,14 +421,23 @@ def test_without_ray(fleet, tmp_path, capsys, monkeypatch) -> None:
 
 def test_command_line_starts_and_stops_its_own_ray(fleet, tmp_path, capsys) -> None:
     """As a user runs it, in a process of its own: the command starts a local Ray of
-    --workers CPUs for the export, and stops it."""
+    --workers CPUs for the export, and stops it (no process of that Ray is left)."""
     seed, out = str(fleet["seed"]), tmp_path / "ray.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-m", "agenttrace", "export", "--engine", "ray", "--workers", "1",
-         "--from", seed, "--out", str(out)],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "1 worker" in done.stdout
+    command = [sys.executable, "-m", "agenttrace", "export", "--engine", "ray", "--workers", "1",
+               "--from", seed, "--out", str(out)]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as run:
+        stdout, stderr = (text.decode() for text in run.communicate(timeout=240))
+    assert run.returncode == 0, stderr
+    assert "1 worker (Ray started in" in stdout
+    session = f"_{run.pid}/"  # (Ray's session folder is named after the process that started it)
+
+    def ray_left() -> bool:
+        processes = psutil.process_iter(["cmdline"])
+        return any(session in " ".join(p.info["cmdline"] or ()) for p in processes)
+
+    deadline = time.monotonic() + 20
+    while ray_left():
+        assert time.monotonic() < deadline, "a process of the command's Ray is still running"
+        time.sleep(0.5)
     export(capsys, "--from", seed, "--out", str(tmp_path / "local.jsonl"))
     assert_same(by_episode(tmp_path / "local.jsonl"), by_episode(out))

@@ -129,16 +129,20 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         for partial in partials.values():
             _remove(partial)
             partial.mkdir()
-        try:
-            started_ray = _start_ray(ray, args)
-        except Exception as exc:  # (ray.init raises what it likes: ConnectionError, ...)
-            raise _StageError(f"Ray could not be started or reached: {error_text(exc)}") from exc
-        workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        buckets = args.partitions or PARTS_PER_WORKER * workers
-        started = time.perf_counter()
         with _quiet_ray_data(ray.data), progress_bar(err, args.quiet) as progress:
-            stages = _Stages(ray.data, workers, progress)
-            parts = _export(stages, args, plan, chunks, buckets, work, partials, report)
+            line = progress.add_task("starting Ray", total=None)
+            ray_seconds = time.perf_counter()
+            try:
+                started_ray = _start_ray(ray, args)
+            except Exception as exc:  # (ray.init raises what it likes: ConnectionError, ...)
+                why = f"Ray could not be started or reached: {error_text(exc)}"
+                raise _StageError(why) from exc
+            workers = args.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            buckets = args.partitions or PARTS_PER_WORKER * workers
+            started = time.perf_counter()
+            ray_seconds = started - ray_seconds
+            stages = _Stages(ray.data, workers, progress, line)
+            parts, share = _export(stages, args, plan, chunks, buckets, work, partials, report)
         if sum(report.written.values()) == 0 and not report.filtered:
             print_problems(report, err, written=False)
             return fail(f"{why_nothing(report)}; no output written", EXIT_FAILURE)
@@ -168,7 +172,13 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print(
             f"  on Ray: {count(len(chunks), 'chunk')} read, {count(parts, 'part')} written, "
             f"{count(workers, 'worker')}"
+            + (f" (Ray started in {ray_seconds:.1f} s before)" if started_ray else "")
         )
+        if share > 0.5 and workers > 1:
+            out.print(
+                f"  one part held {share:.0%} of the input, and one task rebuilt it: its traces "
+                "hold many episodes each (one trace for a whole run? docs/cli.md, On Ray)"
+            )
     print_problems(report, err)
     return EXIT_PARTIAL if report.undecodable or report.unwritable else EXIT_OK
 
@@ -195,8 +205,9 @@ def _export(
     work: Path,
     partials: dict[str | None, Path],
     report: ExportReport,
-) -> int:
-    """The three stages; returns how many parts were written."""
+) -> tuple[int, float]:
+    """The three stages; returns how many parts were written, and the largest bucket's share
+    of the input (in the bytes of its shards)."""
     tasks = [ReadTask(c, buckets, str(work / f"chunk-{c.index:06d}")) for c in chunks]
     seen = 0
 
@@ -218,22 +229,24 @@ def _export(
     report.spans = sum(result.spans for result in reads)
     if seen == 0:
         replay_problems(report, problems, files)
-        return 0
+        return 0, 0.0
 
     score_tasks = []
     for group in range(buckets):
-        scores, seen = buckets + group, 2 * buckets + group  # (the segments of the group)
-        if any(r.segments[scores][1] for r in reads):
+        held, index = buckets + group, 2 * buckets + group  # (the segments of the group)
+        if any(r.segments[held][1] for r in reads):
             shards = [
-                (r.chunk, _shard(tasks, r), r.segments[scores], r.segments[seen])
+                (r.chunk, _shard(tasks, r), r.segments[held], r.segments[index])
                 for r in reads
-                if r.segments[scores][1] or r.segments[seen][1]
+                if r.segments[held][1] or r.segments[index][1]
             ]
             out = str(work / f"scores-{group:05d}")
             score_tasks.append(ScoreTask(group, buckets, shards, out))
     routed: list[ScoreResult] = stages.run("score group", score_tasks, lambda _: "scores")
 
     folders = {name: str(partial) for name, partial in partials.items()}
+    sizes = [sum(r.segments[bucket][1] for r in reads) for bucket in range(buckets)]
+    share = max(sizes) / max(1, sum(sizes))
     bucket_tasks = []
     for bucket in range(buckets):
         records = [
@@ -255,7 +268,7 @@ def _export(
     done: list[BucketResult] = stages.run("part", bucket_tasks, rebuilt)
     report.spans += sum(result.spans for result in done)
     replay_problems(report, problems + [result.problems for result in done], files)
-    return sum(1 for result in done if result.paths)
+    return sum(1 for result in done if result.paths), share
 
 
 def _shard(tasks: list[ReadTask], result: ReadResult) -> str:
@@ -266,11 +279,11 @@ class _Stages:
     """Runs a list of tasks on Ray Data, one task a block, ``workers`` at a time, and shows
     each result's progress line as it comes."""
 
-    def __init__(self, data: Any, workers: int, progress: Progress) -> None:
+    def __init__(self, data: Any, workers: int, progress: Progress, line: Any) -> None:
         self.data = data
         self.workers = workers
         self.progress = progress
-        self.line = progress.add_task("starting", total=None)
+        self.line = line
 
     def run(self, what: str, tasks: list[Any], seen: Callable[[Any], str]) -> list[Any]:
         if not tasks:
