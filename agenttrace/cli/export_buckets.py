@@ -44,7 +44,7 @@ from agenttrace.cli.export_outputs import SHOWN_ERRORS, ExportReport, open_outpu
 from agenttrace.sinks.names import split_suffix
 from agenttrace.storage.errors import ReadPosition, SpanDecodeError, SpanFormatError
 from agenttrace.storage.otlp_json_lines import line_records
-from agenttrace.storage.otlp_json_route import line_places
+from agenttrace.storage.otlp_json_route import LinePlaces, line_places
 from agenttrace.storage.record_shards import Segments, ShardWriter, read_segment
 from agenttrace.storage.span_chunks import ChunkReader, SpanChunk
 from agenttrace.trajectory.records import SpanRecord, is_vector_step, split_vector_step
@@ -146,16 +146,13 @@ def read_chunk(task: ReadTask) -> ReadResult:
         for line, item in reader:
             if type(item) is bytes:
                 places = line_places(item)
-                if places is not None:
+                bucket = _one_bucket(places, buckets)
+                if places is not None and bucket is not None:
+                    for episode_id in places.episodes:
+                        seen.setdefault(episode_id, bucket)
+                    shard.add(bucket, (line, item))
                     result.seen += places.spans
-                    found = {trace_bucket(trace, buckets) for trace in places.traces}
-                    if len(found) == 1:
-                        (bucket,) = found
-                        for episode_id in places.episodes:
-                            seen.setdefault(episode_id, bucket)
-                        shard.add(bucket, (line, item))
-                        continue
-                    result.seen -= places.spans
+                    continue
                 item = line_records(item, line, chunk.name, result.problems, last=True)
             assert isinstance(item, list)
             result.spans += len(item)
@@ -172,6 +169,15 @@ def read_chunk(task: ReadTask) -> ReadResult:
         result.error = f"{chunk.name}: {error_text(exc)}"
     result.lines = reader.lines
     return result
+
+
+def _one_bucket(places: LinePlaces | None, buckets: int) -> int | None:
+    """The bucket of every span of a line; None when they go to several, or when only
+    decoding the line can tell."""
+    if places is None:
+        return None
+    found = {trace_bucket(trace, buckets) for trace in places.traces}
+    return found.pop() if len(found) == 1 else None
 
 
 def _split(
