@@ -70,6 +70,8 @@ def bad_environment_values() -> list[tuple[str, str]]:
             value = ",,,"
         elif setting.name == "blob_store":
             value = "nope://x"
+        elif setting.name == "collect":
+            value = "localhost:4318"  # no scheme: not the service's URL
         else:
             assert setting.name in ANY_TEXT, f"{setting.name}: which text is bad? ({kind})"
             continue
