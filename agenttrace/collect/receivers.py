@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agenttrace.collect.collector import Busy, Collector, Receipt, Unreadable
+from agenttrace.collect.http_server import MAX_REQUEST_BYTES
 
 __all__ = ["TRACES_PATH", "add_trace_routes", "start_grpc_server"]
 
@@ -34,8 +35,6 @@ TRACES_PATH = "/v1/traces"
 HEALTH_PATH = "/health"
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
-#: Largest request body taken over HTTP (the SDK batches 512 spans a request by default).
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
 _GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 

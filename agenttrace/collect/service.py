@@ -11,39 +11,19 @@ late spans.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agenttrace._threads import start_daemon
-from agenttrace._version import install_hint
 from agenttrace.collect.collector import Collector, CollectSettings
+from agenttrace.collect.http_server import BackgroundHttpServer, parse_address
 from agenttrace.collect.receivers import add_trace_routes, start_grpc_server
 
 __all__ = ["CollectService", "parse_address", "run_forever"]
 
 DEFAULT_HTTP = "127.0.0.1:4318"
 DEFAULT_GRPC = "127.0.0.1:4317"
-
-
-def parse_address(value: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` too) -> (host, port); a clear error otherwise."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"address {value!r} is not HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def _aiohttp() -> Any:
-    try:
-        from aiohttp import web
-    except ImportError as exc:
-        raise ImportError(
-            "agenttrace collect needs aiohttp: " + install_hint("serve"), name="aiohttp"
-        ) from exc
-    return web
 
 
 class CollectService:
@@ -57,6 +37,7 @@ class CollectService:
         http: str | None = DEFAULT_HTTP,
         grpc: str | None = DEFAULT_GRPC,
         meter_provider: Any = None,
+        extra_routes: Any = None,
     ) -> None:
         if http is None and grpc is None:
             raise ValueError("collect needs at least one receiver (HTTP or gRPC)")
@@ -69,27 +50,25 @@ class CollectService:
         self._meter_provider = meter_provider
         self.http_port: int | None = None
         self.grpc_port: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: Any = None
+        self._extra_routes = extra_routes  # (app) -> None: the gateway, mounted beside
+        self._server: BackgroundHttpServer | None = None
         self._grpc_server: Any = None
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="agenttrace-collect")
-        self._started = threading.Event()
-        self._failed: BaseException | None = None
-        self._thread: threading.Thread | None = None
         self._instruments: list[Any] = []
 
     def start(self) -> CollectService:
         """Recover from the span log, then listen. Raises what stopped it from starting."""
-        web = _aiohttp() if self._http is not None else None
+        if self._http is not None:
+            host, port = self._http
+            self._server = BackgroundHttpServer(
+                host, port, self._add_routes, name="agenttrace collect"
+            )
         self.collector.start()
         try:
             if self._grpc is not None:
                 self._grpc_server, self.grpc_port = start_grpc_server(self.collector, self._grpc)
-            if web is not None:
-                self._thread = start_daemon(self._serve_http, name="agenttrace-collect-http")
-                self._started.wait()
-                if self._failed is not None:
-                    raise self._failed
+            if self._server is not None:
+                self.http_port = self._server.start().port
             self._observe()
         except BaseException:
             self.stop()
@@ -105,42 +84,18 @@ class CollectService:
             where.append(f"OTLP/gRPC {self._grpc.rpartition(':')[0]}:{self.grpc_port}")
         return where
 
-    def _serve_http(self) -> None:
-        web = _aiohttp()
-        loop = self._loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        try:
-            from agenttrace.collect.receivers import MAX_REQUEST_BYTES
-
-            app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-            add_trace_routes(app, self.collector, self._executor)
-            self._runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(self._runner.setup())
-            host, port = self._http  # type: ignore[misc]
-            site = web.TCPSite(self._runner, host, port, reuse_address=True)
-            loop.run_until_complete(site.start())
-            self.http_port = site._server.sockets[0].getsockname()[1]  # (port 0: the one taken)
-        except BaseException as exc:  # handed to start()
-            self._failed = exc
-            self._started.set()
-            loop.close()
-            return
-        self._started.set()
-        try:
-            loop.run_forever()
-        finally:
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
+    def _add_routes(self, app: Any) -> None:
+        add_trace_routes(app, self.collector, self._executor)
+        if self._extra_routes is not None:
+            self._extra_routes(app)
 
     def stop(self) -> None:
         """Stop listening, then stop the collector (what it holds is written or logged)."""
         if self._grpc_server is not None:
             self._grpc_server.stop(grace=2).wait(5)
             self._grpc_server = None
-        loop = self._loop
-        if loop is not None and self._thread is not None and loop.is_running():
-            loop.call_soon_threadsafe(loop.stop)
-            self._thread.join(10)
+        if self._server is not None:
+            self._server.stop()
         self._executor.shutdown(wait=True)
         self.collector.close()
 

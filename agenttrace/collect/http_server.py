@@ -1,0 +1,102 @@
+"""One aiohttp application served from a thread of its own: the HTTP stack that
+``agenttrace collect``, the capture gateway and the viewer share.
+
+:class:`BackgroundHttpServer` builds the application with the routes it is given, listens on
+``host:port`` (port 0: a free one, see :attr:`port`), and runs the event loop until
+:meth:`stop`. Tests and programs run it in-process; the commands run it and wait for a signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from agenttrace._threads import start_daemon
+from agenttrace._version import install_hint
+
+__all__ = ["BackgroundHttpServer", "aiohttp_web", "parse_address"]
+
+#: Largest request body taken (the SDK batches 512 spans a request; model requests with long
+#: conversations and images are larger).
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
+def aiohttp_web(what: str) -> Any:
+    """``aiohttp.web``, or an ImportError that names the ``serve`` extra."""
+    try:
+        from aiohttp import web
+    except ImportError as exc:
+        raise ImportError(
+            f"{what} needs aiohttp: " + install_hint("serve"), name="aiohttp"
+        ) from exc
+    return web
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) -> (host, port); a clear error otherwise."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"address {value!r} is not HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class BackgroundHttpServer:
+    """An aiohttp application on ``host:port``, served from a daemon thread."""
+
+    def __init__(
+        self, host: str, port: int, add_routes: Callable[[Any], None], *, name: str
+    ) -> None:
+        self.host, self.port = host, port
+        self._add_routes = add_routes
+        self._name = name
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: Any = None
+        self._started = threading.Event()
+        self._failed: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> BackgroundHttpServer:
+        """Listen; raises what stopped it (an address in use, aiohttp missing)."""
+        aiohttp_web(self._name)
+        self._thread = start_daemon(self._serve, name=self._name)
+        self._started.wait()
+        if self._failed is not None:
+            raise self._failed
+        return self
+
+    def _serve(self) -> None:
+        web = aiohttp_web(self._name)
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+            self._add_routes(app)
+            self._runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # (port 0: the one taken)
+        except BaseException as exc:  # handed to start()
+            self._failed = exc
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
