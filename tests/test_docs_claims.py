@@ -85,7 +85,7 @@ def markdown_table(text: str, heading: str) -> list[list[str]]:
 
 
 #: The commands, in the order docs/cli.md and the README list them.
-COMMANDS = ["demo", "export", "inspect", "score", "collect"]
+COMMANDS = ["demo", "export", "inspect", "score", "collect", "gateway", "run"]
 
 
 def test_the_commands_are_the_same_everywhere(capsys) -> None:

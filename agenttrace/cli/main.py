@@ -36,6 +36,7 @@ from agenttrace.cli import collect as collect_command
 from agenttrace.cli import demo as demo_task
 from agenttrace.cli import episode_view, export_ray
 from agenttrace.cli import export as export_command
+from agenttrace.cli import gateway as gateway_command
 from agenttrace.cli import score as score_command
 from agenttrace.cli.exits import (
     EXIT_FAILURE,
@@ -189,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     export_command.add_parser(commands)
     score_command.add_parser(commands)
     collect_command.add_parser(commands)
+    gateway_command.add_parsers(commands)
     return parser
 
 
@@ -242,6 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return score_command.run(args, out, err)
         if args.command == "collect":
             return collect_command.run(args, out, err)
+        if args.command == "gateway":
+            return gateway_command.run_gateway(args, out, err)
+        if args.command == "run":
+            return gateway_command.run_command(args, out, err)
         return run_inspect(args, out, err)
     except config.ConfigError as exc:
         err.print(f"{where}: error: {exc}")

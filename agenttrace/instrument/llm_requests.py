@@ -32,6 +32,7 @@ from typing import Any
 
 from agenttrace import semconv as sc
 from agenttrace.instrument.extractors import _UNSET
+from agenttrace.instrument.llm_anthropic import anthropic_messages
 from agenttrace.instrument.llm_results import _get, _is_list, message_dict, reasoning_texts
 from agenttrace.trajectory.genai import chat_tool_definition
 
@@ -47,6 +48,9 @@ def read_request(arguments: Mapping[str, Any]) -> dict[str, Any]:
     ``input_messages`` and ``tool_definitions``, each only when the call gave it."""
     fields: dict[str, Any] = {}
     messages = given(arguments.get("messages", _UNSET))
+    if _has_blocks(messages):  # the Anthropic Messages API's (its system prompt with it)
+        system = given(arguments.get("system", _UNSET))
+        messages = anthropic_messages(system if _present(system) else None, messages)
     if messages is _UNSET:
         instructions = given(arguments.get("instructions", _UNSET))
         items = given(arguments.get("input", _UNSET))
@@ -78,6 +82,21 @@ def request_parameters(arguments: Mapping[str, Any]) -> dict[str, int | float]:
                 found[key] = value
                 break
     return found
+
+
+def _has_blocks(messages: Any) -> bool:
+    """Whether messages carry Anthropic's tool blocks (``tool_use``, ``tool_result``), which
+    only the Messages API sends."""
+    if not _is_list(messages):
+        return False
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(block, dict) and block.get("type") in ("tool_use", "tool_result")
+            for block in content
+        ):
+            return True
+    return False
 
 
 def _present(value: Any) -> bool:

@@ -2,7 +2,8 @@
 
 Functions that call a model return the answer in many shapes: the OpenAI SDK's
 ``ChatCompletion`` or ``Response`` object, either one's ``model_dump()`` dict (what vLLM and
-other OpenAI-compatible servers send), a runner's own dict
+other OpenAI-compatible servers send), an Anthropic ``Message`` (:mod:`agenttrace.instrument.
+llm_anthropic`), a runner's own dict
 (``{"content": ..., "finish_reason": ..., "usage": {...}}``), or just the text.
 :func:`read_result` reads each of them into the keyword arguments of
 :meth:`~agenttrace.instrument.calls.LLMCallScope.record`; a value it does not recognize gives
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from agenttrace.instrument.llm_anthropic import anthropic_result, is_anthropic_message
 
 #: Keys of a plain dict that hold the reply's text, in the order they are tried.
 _TEXT_KEYS = ("content", "text", "output_text", "completion", "response")
@@ -33,6 +36,8 @@ def read_result(result: Any) -> dict[str, Any]:
     choices = _get(result, "choices")
     if _is_list(choices):
         return _chat_completion(result, choices)
+    if is_anthropic_message(result):
+        return anthropic_result(result)
     output = _get(result, "output")
     if _is_list(output) and (_get(result, "object") == "response" or _get(result, "status")):
         return _response(result, output)
@@ -55,6 +60,8 @@ def _chat_completion(result: Any, choices: Sequence[Any]) -> dict[str, Any]:
         message = _get(choice, "message")
         if message is not None:
             messages.append(message_dict(message))
+        elif isinstance(_get(choice, "text"), str):  # a legacy completion's choice
+            messages.append({"role": "assistant", "content": _get(choice, "text")})
         reason = _get(choice, "finish_reason")
         if reason is not None:
             reasons.append(_reason(reason))
