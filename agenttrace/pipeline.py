@@ -393,6 +393,8 @@ class AgentTrace:
             places.append("the OTLP logs endpoint")
         if self._user_sink_count:
             places.append("your sink" + ("s" if self._user_sink_count > 1 else ""))
+        if self.settings.collect:
+            places.append(f"agenttrace collect at {self.settings.collect} (spans sent)")
         if not places:  # no trajectory output: say where the spans went
             spans = self.span_paths
             if len(spans) == 1:

@@ -10,10 +10,13 @@ from typing import Any
 
 from rich.console import Console
 
-from agenttrace.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+import agenttrace as at
+from agenttrace.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, count
 from agenttrace.cli.export_args import int_at_least
 from agenttrace.collect.collector import SINK_KINDS, CollectSettings
+from agenttrace.collect.http_server import parse_address
 from agenttrace.collect.service import DEFAULT_GRPC, DEFAULT_HTTP, CollectService, run_forever
+from agenttrace.gateway import Gateway, GatewaySettings
 from agenttrace.trajectory.conventions import conventions_from_value
 
 DESCRIPTION = (
@@ -104,12 +107,37 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "not of the machine)",
     )
     parser.add_argument(
+        "--gateway-upstream",
+        metavar="URL",
+        help="also serve the LLM capture gateway (docs/gateway.md) on the HTTP address, "
+        "forwarding to this model server; its episodes are written by this service",
+    )
+    parser.add_argument(
         "--finish-on-exit",
         action="store_true",
         help="on stop, write open episodes as incomplete instead of keeping them for the "
         "next start",
     )
     return parser
+
+
+def _loopback(host: str) -> str:
+    """How this process reaches its own listening address."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::", "[::]") else host
+
+
+def _gateway(args: argparse.Namespace) -> Gateway | None:
+    """The gateway to mount beside collect's routes (its own server never starts)."""
+    upstream = args.gateway_upstream
+    if not upstream:
+        return None
+    if args.http == "none":
+        raise ValueError("--gateway-upstream needs the HTTP receiver (it serves the gateway)")
+    if parse_address(args.http)[1] == 0:
+        raise ValueError("--gateway-upstream needs a fixed --http port (its spans go there)")
+    if not upstream.startswith(("http://", "https://")):
+        raise ValueError(f"--gateway-upstream {upstream!r} is not an http(s) URL")
+    return Gateway(GatewaySettings(upstream=upstream))
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -129,25 +157,51 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
             conventions=conventions_from_value(args.conventions) if args.conventions else None,
             finish_on_exit=args.finish_on_exit,
         )
+        gateway = _gateway(args)
         service = CollectService(
             settings,
             http=None if args.http == "none" else args.http,
             grpc=None if args.grpc == "none" else args.grpc,
+            extra_routes=gateway.add_routes if gateway is not None else None,
         )
     except ValueError as exc:
         err.print(f"agenttrace collect: error: {exc}")
         return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    if gateway is not None:
+        # The gateway's spans go to this very service: configured before it listens, so the
+        # first call already records there.
+        host, port = parse_address(args.http)
+        at.configure(collect=f"http://{_loopback(host)}:{port}")
+
+    def started(service: CollectService) -> None:
+        if gateway is not None:
+            err.print(
+                f"agenttrace collect: LLM gateway on http://{args.http}/v1 -> "
+                f"{gateway.settings.upstream}"
+            )
+
+    def stopping() -> None:
+        if gateway is not None:
+            gateway.book.end_all()
+            at.shutdown()
+
     try:
-        run_forever(service, announce=lambda text: err.print(text))
+        run_forever(
+            service,
+            announce=lambda text: err.print(text),
+            on_started=started,
+            on_stopping=stopping,
+        )
     except OSError as exc:  # an address in use, a folder it cannot write
         err.print(f"agenttrace collect: error: cannot start: {exc}")
         return EXIT_FAILURE
     health = service.collector.health()
     written = sum(health["episodes_written"].values())
     err.print(
-        f"agenttrace collect: {health['spans_received']:,} spans received, {written:,} "
-        f"episodes written, {health['open_episodes']:,} open, "
+        f"agenttrace collect: {count(health['spans_received'], 'span')} received, "
+        f"{count(written, 'episode')} written, {health['open_episodes']:,} open, "
         f"{health['spans_rejected']:,} rejected, {health['late_spans']:,} late"
     )
     return EXIT_OK

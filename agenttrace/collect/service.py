@@ -133,14 +133,24 @@ class CollectService:
         )
 
 
-def run_forever(service: CollectService, announce: Any = print) -> None:
-    """Start ``service`` and serve until SIGINT or SIGTERM, then stop it cleanly."""
+def run_forever(
+    service: CollectService,
+    announce: Any = print,
+    *,
+    on_started: Any = None,
+    on_stopping: Any = None,
+) -> None:
+    """Start ``service`` and serve until SIGINT or SIGTERM, then stop it cleanly.
+    ``on_started(service)`` runs once it listens, ``on_stopping()`` before it stops (what is
+    mounted beside it: the gateway's spans go to the service, so they must flush first)."""
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
     }
     try:
         service.start()
+        if on_started is not None:
+            on_started(service)
         announce(
             f"agenttrace collect: listening on {', '.join(service.addresses())}; writing to "
             f"{service.settings.out} (health: /health; Ctrl-C to stop)"
@@ -149,6 +159,10 @@ def run_forever(service: CollectService, announce: Any = print) -> None:
             pass
         announce("agenttrace collect: stopping")
     finally:
-        service.stop()
+        try:
+            if on_stopping is not None:
+                on_stopping()
+        finally:
+            service.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
