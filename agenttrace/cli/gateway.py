@@ -112,7 +112,9 @@ def add_parsers(commands: Any) -> None:
         metavar="N",
         help="with --tasks: how many run at once (default %(default)s)",
     )
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    run.add_argument(
+        "child", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the agent command"
+    )
 
 
 def _upstream_options(parser: argparse.ArgumentParser) -> None:
@@ -191,7 +193,7 @@ def run_gateway(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def run_command(args: argparse.Namespace, out: Console, err: Console) -> int:
-    command = list(args.command)
+    command = list(args.child)
     if command and command[0] == "--":
         command = command[1:]
     if not command:

@@ -74,7 +74,8 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
     upstream = settings.upstream.rstrip("/")
     if upstream.endswith("/v1"):
         upstream = upstream[:-3]
-    sessions: list[Any] = []
+    sessions: list[Any] = []  # the one client session, made on the server's loop
+    expiry: list[Any] = []  # the task ending idle episodes
 
     async def open_session(app: Any) -> None:
         sessions.append(
@@ -265,11 +266,10 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
                 await asyncio.sleep(min(5.0, settings.idle_timeout / 4))
                 book.end_idle(time.monotonic())
 
-        app["agenttrace_gateway_expiry"] = asyncio.get_running_loop().create_task(loop())
+        expiry.append(asyncio.get_running_loop().create_task(loop()))
 
     async def stop_expiry(app: Any) -> None:
-        task = app.get("agenttrace_gateway_expiry")
-        if task is not None:
+        for task in expiry:
             task.cancel()
 
     app.on_startup.append(open_session)

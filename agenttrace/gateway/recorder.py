@@ -64,7 +64,7 @@ class _Episode:
     last_call: float
     calls: int = 0
     last_step: _Step | None = None
-    conversation: list[Any] = field(default_factory=list)  # last input + output messages
+    conversation: list[Any] = field(default_factory=list)  # last input + output, _essence'd
 
 
 @dataclass
@@ -158,11 +158,12 @@ class EpisodeBook:
     def continued(self, messages: list[Any]) -> str | None:
         """The open episode whose last call's messages and answer this call's messages
         continue (the rule for clients that name no episode; docs/gateway.md)."""
+        asked = [_essence(message) for message in messages]
         with self._lock:
             best, best_length = None, 0
             for episode_id, episode in self._episodes.items():
                 held = episode.conversation
-                if held and len(held) > best_length and messages[: len(held)] == held:
+                if held and len(held) > best_length and asked[: len(held)] == held:
                     best, best_length = episode_id, len(held)
             return best
 
@@ -257,7 +258,7 @@ class EpisodeBook:
                             function.get("arguments") or "",
                         )
             episode.last_step = step
-            episode.conversation = [*record.input_messages, *outputs]
+            episode.conversation = [_essence(m) for m in (*record.input_messages, *outputs)]
             episode.last_call = time.monotonic()
 
     # --- tool calls --------------------------------------------------------------------------
@@ -295,6 +296,22 @@ def _tool_span(step: _Step, call_id: str, name: str, arguments: str, result: Any
         tool.record(**fields)
     finally:
         tool.end()
+
+
+def _essence(message: Any) -> tuple[Any, ...]:
+    """What identifies a message in a conversation the client resends: its role, its text
+    and its tool calls' ids (clients drop or add empty fields: ``refusal``, ``annotations``)."""
+    if not isinstance(message, dict):
+        return (message,)
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: their texts
+        content = "".join(
+            part.get("text") or "" if isinstance(part, dict) else str(part) for part in content
+        )
+    calls = tuple(
+        call.get("id") for call in message.get("tool_calls") or () if isinstance(call, dict)
+    )
+    return (message.get("role"), content or None, calls, message.get("tool_call_id"))
 
 
 def input_messages(api: str, body: dict[str, Any]) -> list[Any]:

@@ -1,0 +1,323 @@
+"""The LLM capture gateway with real clients against a scripted model server.
+
+The model server (tests/model_server.py) is the independent truth: it records every request it
+received and every answer it sent. Agents talk to it through the gateway with the real
+``openai`` and ``anthropic`` SDKs, streamed and not, with tool calls; each call the server saw
+must be one step, in order, with the messages the server received (read as chat messages), the
+answer it sent, and the tool calls joined with the results the agent sent back. ``agenttrace
+run`` ends episodes with the child's exit code. Everything listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import clean_environ
+from model_server import ModelServer, call, call_tools, fail, say
+
+import agenttrace as at
+from agenttrace.gateway import Gateway, GatewaySettings
+from agenttrace.instrument.llm_anthropic import anthropic_messages
+from agenttrace.reading import load_trajectories
+
+anthropic = pytest.importorskip("anthropic")
+openai = pytest.importorskip("openai")
+pytest.importorskip("aiohttp")
+pytestmark = pytest.mark.timeout(300)
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "add two numbers",
+            "parameters": {"type": "object", "properties": {"a": {}, "b": {}}},
+        },
+    }
+]
+SECRET = "sk-gateway-test-9f3e21"
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """A pipeline writing under tmp_path, and a function reading its trajectories back."""
+    runtime = at.configure(out=str(tmp_path / "runs"), run_name="gw", tokens=True)
+
+    def trajectories() -> dict[str, at.Trajectory]:
+        at.shutdown()
+        files = sorted((tmp_path / "runs" / "gw").glob("trajectories*.jsonl"))
+        return {t.episode_id: t for t in load_trajectories(files)}
+
+    yield trajectories
+    runtime.shutdown()
+
+
+def openai_agent(base_url: str, model: str, *, stream: bool) -> list[str]:
+    """A tool loop on Chat Completions: call, run the tools asked for, call again until an
+    answer without tool calls. Returns the answers' texts."""
+    client = openai.OpenAI(base_url=base_url, api_key=SECRET, max_retries=0)
+    messages = [{"role": "system", "content": "be exact"}, {"role": "user", "content": "1+2?"}]
+    texts = []
+    for _ in range(5):
+        if stream:
+            with client.chat.completions.stream(
+                model=model, messages=messages, tools=TOOLS
+            ) as events:
+                for _event in events:
+                    pass
+                message = events.get_final_completion().choices[0].message
+        else:
+            reply = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+            message = reply.choices[0].message
+        texts.append(message.content or "")
+        if not message.tool_calls:
+            return texts
+        messages.append(message.model_dump(exclude_none=True))
+        for tool_call in message.tool_calls:
+            arguments = json.loads(tool_call.function.arguments)
+            result = str(arguments["a"] + arguments["b"])
+            messages.append({"role": "tool", "tool_call_id": tool_call.id, "content": result})
+    return texts
+
+
+def anthropic_agent(base_url: str, model: str, *, stream: bool) -> list[str]:
+    client = anthropic.Anthropic(base_url=base_url, api_key=SECRET, max_retries=0)
+    tools = [{"name": "add", "input_schema": {"type": "object"}}]
+    messages: list = [{"role": "user", "content": "1+2?"}]
+    texts = []
+    for _ in range(5):
+        kwargs = {"model": model, "max_tokens": 100, "system": "be exact", "tools": tools}
+        if stream:
+            with client.messages.stream(messages=messages, **kwargs) as events:
+                reply = events.get_final_message()
+        else:
+            reply = client.messages.create(messages=messages, **kwargs)
+        texts.append("".join(b.text for b in reply.content if b.type == "text"))
+        uses = [b for b in reply.content if b.type == "tool_use"]
+        if not uses:
+            return texts
+        messages.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": u.id,
+                        "content": str(sum(u.input.values())),
+                    }
+                    for u in uses
+                ],
+            }
+        )
+    return texts
+
+
+def check_against_the_server(trajectory: at.Trajectory, exchanges: list, api: str) -> None:
+    """Each call the server saw is one step, in order: the messages it received, the answer
+    it sent, and the tool calls with the results the next request carried."""
+    assert [step.index for step in trajectory.steps] == list(range(len(exchanges)))
+    for step, exchange in zip(trajectory.steps, exchanges, strict=True):
+        (llm,) = step.llm_calls
+        body = exchange.body
+        if api == "messages":
+            sent = anthropic_messages(body.get("system"), body["messages"])
+        else:
+            sent = body["messages"]
+        assert llm.input_messages == sent
+        turn = exchange.turn
+        (output,) = llm.output_messages
+        assert (output.get("content") or "") == (turn.text or "")
+        asked = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in
+                 output.get("tool_calls") or []]  # fmt: skip
+        assert asked == [(c.name, json.loads(c.arguments) if isinstance(c.arguments, str)
+                          else c.arguments) for c in turn.tool_calls]  # fmt: skip
+        assert llm.finish_reasons == ["tool_calls" if turn.tool_calls else "stop"]
+        ids = [c["id"] for c in output.get("tool_calls") or []]
+        assert [t.call_id for t in step.tool_calls] == ids
+        for tool in step.tool_calls:
+            assert tool.name == "add"
+            arguments = json.loads(tool.arguments)
+            assert tool.result == str(arguments["a"] + arguments["b"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("api", ["chat", "messages"])
+def test_each_call_is_a_step_with_what_the_server_saw(recorded, api, stream) -> None:
+    script = {
+        "m": [
+            call_tools(call("add", {"a": 1, "b": 2}), call("add", {"a": 3, "b": 4})),
+            call_tools(call("add", {"a": 5, "b": 6}), text="one more"),
+            say("1+2 is 3"),
+        ]
+    }
+    with ModelServer(script) as server:
+        gateway = Gateway(GatewaySettings(upstream=server.url), "127.0.0.1", 0).start()
+        try:
+            if api == "chat":
+                texts = openai_agent(f"{gateway.url}/e/ep/v1", "m", stream=stream)
+            else:
+                texts = anthropic_agent(f"{gateway.url}/e/ep", "m", stream=stream)
+            gateway.book.end("ep", exit_code=0)
+        finally:
+            gateway.stop()
+        exchanges = server.exchanges
+    assert texts == ["", "one more", "1+2 is 3"]
+    trajectory = recorded()["ep"]
+    assert trajectory.status == "completed"
+    check_against_the_server(trajectory, exchanges, api)
+    # the client's key reached the server and nowhere else
+    assert all(SECRET in json.dumps(e.headers) for e in exchanges)
+    assert SECRET not in json.dumps(trajectory.to_dict())
+
+
+def test_upstream_errors_pass_through_and_end_the_step_errored(recorded) -> None:
+    with ModelServer({"m": [fail(429, "slow down"), say("ok")]}) as server:
+        gateway = Gateway(GatewaySettings(upstream=server.url), "127.0.0.1", 0).start()
+        try:
+            client = openai.OpenAI(base_url=f"{gateway.url}/e/err/v1", api_key="k", max_retries=0)
+            question = [{"role": "user", "content": "x"}]
+            with pytest.raises(openai.RateLimitError) as raised:
+                client.chat.completions.create(model="m", messages=question)
+            assert "slow down" in str(raised.value)
+            direct = server.exchanges[0]
+            assert raised.value.status_code == 429
+            assert raised.value.body == json.loads(json.dumps(direct.response))["error"]
+            client.chat.completions.create(model="m", messages=question)
+            gateway.book.end("err", exit_code=0)
+        finally:
+            gateway.stop()
+        answered = server.exchanges[1].response["choices"][0]["message"]
+    trajectory = recorded()["err"]
+    first, second = trajectory.steps
+    assert "upstream answered 429" in first.llm_calls[0].error
+    assert "slow down" in first.llm_calls[0].error
+    assert second.llm_calls[0].output_messages == [answered]  # as the server sent it
+
+
+def test_token_ids_are_recorded_and_the_client_gets_what_it_asked_for(recorded) -> None:
+    from model_server import token_ids
+
+    with ModelServer({"m": [say("hello there")]}, flavor="vllm") as server:
+        settings = GatewaySettings(upstream=server.url, tokens=True)
+        gateway = Gateway(settings, "127.0.0.1", 0).start()
+        try:
+            client = openai.OpenAI(base_url=f"{gateway.url}/e/tok/v1", api_key="k", max_retries=0)
+            reply = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+            gateway.book.end("tok", exit_code=0)
+        finally:
+            gateway.stop()
+        (exchange,) = server.exchanges
+    assert exchange.body["return_token_ids"] is True and exchange.body["logprobs"] is True
+    sent = exchange.response
+    extra = reply.model_extra or {}
+    assert extra.get("prompt_token_ids") is None
+    assert (reply.choices[0].model_extra or {}).get("token_ids") is None
+    assert reply.choices[0].logprobs is None
+    (step,) = recorded()["tok"].steps
+    (llm,) = step.llm_calls
+    assert llm.prompt_token_ids == sent["prompt_token_ids"]
+    assert llm.completion_token_ids == sent["choices"][0]["token_ids"]
+    assert llm.completion_token_ids == token_ids("hello there<|end|>")
+    logprobs = [item["logprob"] for item in sent["choices"][0]["logprobs"]["content"]]
+    assert llm.completion_logprobs == logprobs
+
+
+def test_episodes_from_headers_prefixes_and_continuity(recorded) -> None:
+    with ModelServer(fallback=say("fine")) as server:
+        gateway = Gateway(GatewaySettings(upstream=server.url), "127.0.0.1", 0).start()
+        try:
+
+            def ask(base: str, messages: list, **headers: str) -> None:
+                client = openai.OpenAI(base_url=base, api_key="k", max_retries=0,
+                                       default_headers=headers)  # fmt: skip
+                client.chat.completions.create(model="m", messages=messages)
+
+            hello = [{"role": "user", "content": "hello"}]
+            ask(f"{gateway.url}/v1", hello, **{"X-Agenttrace-Episode": "by-header",
+                                               "X-Agenttrace-Task": "t7"})  # fmt: skip
+            ask(f"{gateway.url}/rollout/r1/attempt/a2/v1", hello)
+            ask(f"{gateway.url}/sessions/s9/v1", hello)
+            # no marker: a conversation that continues is one episode, another is new
+            ask(f"{gateway.url}/v1", [{"role": "user", "content": "first"}])
+            ask(f"{gateway.url}/v1", [{"role": "user", "content": "first"},
+                                      {"role": "assistant", "content": "fine"},
+                                      {"role": "user", "content": "second"}])  # fmt: skip
+            ask(f"{gateway.url}/v1", [{"role": "user", "content": "other"}])
+            request = urllib.request.Request(
+                f"{gateway.url}/sessions/s9/reward_info",
+                data=json.dumps({"reward": 0.75}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            assert json.loads(urllib.request.urlopen(request, timeout=10).read())["scored"]
+        finally:
+            gateway.stop()
+    found = recorded()
+    assert found["by-header"].task_id == "t7"
+    assert "r1-a2" in found and "s9" in found
+    assert found["s9"].return_ == 0.75
+    unnamed = [t for k, t in found.items() if k not in ("by-header", "r1-a2", "s9")]
+    assert sorted(len(t.steps) for t in unnamed) == [1, 2]
+
+
+AGENT = textwrap.dedent(
+    """
+    import os, sys
+    import openai
+    client = openai.OpenAI(max_retries=0)  # OPENAI_BASE_URL and OPENAI_API_KEY from agenttrace run
+    reply = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}])
+    print(reply.choices[0].message.content, os.environ["AGENTTRACE_EPISODE_ID"], flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), 9)
+    sys.exit(int(sys.argv[1]))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("how", "code", "status"),
+    [("0", 0, "completed"), ("3", 3, "errored"), ("kill", 128 + 9, "errored")],
+)
+def test_agenttrace_run_ends_the_episode_with_the_childs_exit(tmp_path, how, code, status) -> None:
+    (tmp_path / "agent.py").write_text(AGENT)
+    with ModelServer(fallback=say("going")) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "agenttrace", "run", "--upstream", server.url, "--task", "t1",
+             "--", sys.executable, str(tmp_path / "agent.py"), how],
+            env=clean_environ(AGENTTRACE_OUT=str(tmp_path / "runs"), OPENAI_API_KEY="k"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        seen = len(server.exchanges)
+    assert done.returncode == code, done.stderr
+    text, episode_id = done.stdout.split()
+    assert text == "going" and seen == 1
+    (trajectory,) = load_trajectories(sorted((tmp_path / "runs").glob("*/trajectories*.jsonl")))
+    assert (trajectory.episode_id, trajectory.task_id) == (episode_id, "t1")
+    assert trajectory.status == status
+    assert len(trajectory.steps) == 1
+    if status == "errored":
+        reason = "killed by signal SIGKILL" if how == "kill" else "exit code 3"
+        assert reason in trajectory.error.message
+
+
+def test_a_gateway_beyond_loopback_needs_expose_and_a_key() -> None:
+    settings = GatewaySettings(upstream="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="--expose"):
+        Gateway(settings, "0.0.0.0", 0)
+    with pytest.raises(ValueError, match="--key"):
+        Gateway(settings, "0.0.0.0", 0, exposed=True)
+    Gateway(GatewaySettings(upstream="http://127.0.0.1:1", key="k"), "0.0.0.0", 0, exposed=True)
+
+
+def test_documented_paths(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "gateway.md").read_text()
+    for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/e/<episode-id>/v1"):
+        assert path in doc
