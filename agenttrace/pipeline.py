@@ -36,6 +36,7 @@ from agenttrace.processing.metrics import CountingMetricExporter, EpisodeMetrics
 from agenttrace.processing.record_export import (
     SpanExportSpec,
     UnsupportedProtocol,
+    collect_export_spec,
     otel_environment,
     otlp_exporter,
     otlp_protocol,
@@ -393,8 +394,8 @@ class AgentTrace:
             places.append("the OTLP logs endpoint")
         if self._user_sink_count:
             places.append("your sink" + ("s" if self._user_sink_count > 1 else ""))
-        if self.settings.collect:
-            places.append(f"agenttrace collect at {self.settings.collect} (spans sent)")
+        if self.settings.collect:  # (spans sent: the service writes the trajectories)
+            places.append(f"agenttrace collect at {self.settings.collect}")
         if not places:  # no trajectory output: say where the spans went
             spans = self.span_paths
             if len(spans) == 1:
@@ -527,15 +528,9 @@ def _choose_provider(
 def _span_export_spec(settings: config.Settings) -> SpanExportSpec:
     """How the writer sends spans over OTLP. A bad protocol or blob store fails here, in
     configure(), before anything starts (the writer opens its own blob store)."""
-    environment = otel_environment()
     if settings.collect:
-        environment.update(
-            OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{settings.collect}/v1/traces",
-            OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
-        )
-        return SpanExportSpec(
-            environment=environment, content="full", max_queue=settings.queue_size
-        )
+        return collect_export_spec(settings.collect, settings.queue_size)
+    environment = otel_environment()
     try:
         otlp_protocol("traces", environment)
     except UnsupportedProtocol as exc:

@@ -113,6 +113,17 @@ class SpanExportSpec(NamedTuple):
     max_queue: int = 65_536
 
 
+def collect_export_spec(url: str, max_queue: int) -> SpanExportSpec:
+    """Spans to an ``agenttrace collect`` service at ``url``: OTLP/HTTP, whole (no export
+    content policy: the service rebuilds trajectories from them)."""
+    environment = otel_environment()
+    environment.update(
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{url}/v1/traces",
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
+    )
+    return SpanExportSpec(environment=environment, content="full", max_queue=max_queue)
+
+
 class RecordSpanExporter:
     """Sends sampled span records to the OTLP endpoint from daemon threads (see module)."""
 
