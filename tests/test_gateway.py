@@ -321,3 +321,50 @@ def test_documented_paths(tmp_path: Path) -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "gateway.md").read_text()
     for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/e/<episode-id>/v1"):
         assert path in doc
+
+
+def test_the_tokens_export_of_a_gateway_episode_joins_calls_whose_prompts_continue(
+    recorded, tmp_path, capsys
+) -> None:
+    """Two calls of a conversation (the second prompt extends the first prompt and answer)
+    make one token row, the tokens between them masked out; a third call whose history was
+    rewritten starts a second row. Every id and logprob is the server's, and the summary says
+    how many rows the episode became."""
+    from agenttrace.cli.main import main
+
+    with ModelServer({"m": [say("one"), say("two"), say("three")]}, flavor="vllm") as server:
+        gateway = Gateway(GatewaySettings(upstream=server.url, tokens=True), "127.0.0.1", 0)
+        gateway.start()
+        try:
+            client = openai.OpenAI(base_url=f"{gateway.url}/e/tk/v1", api_key="k", max_retries=0)
+            history = [{"role": "user", "content": "count"}]
+            for _ in range(2):
+                reply = client.chat.completions.create(model="m", messages=history)
+                history += [{"role": "assistant", "content": reply.choices[0].message.content},
+                            {"role": "user", "content": "more"}]  # fmt: skip
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+            gateway.book.end("tk", exit_code=0)
+        finally:
+            gateway.stop()
+        sent = [exchange.response for exchange in server.exchanges]
+    recorded()
+    out = tmp_path / "tokens.jsonl"
+    source = str(tmp_path / "runs" / "gw" / "spans.jsonl")
+    assert main(["export", "--from", source, "--out", str(out), "--format", "tokens"]) == 0
+    assert "token rows per episode: 1 episode in 2 rows" in capsys.readouterr().out
+    first, second = [json.loads(line) for line in out.read_text().splitlines()]
+    prompts = [answer["prompt_token_ids"] for answer in sent]
+    completions = [answer["choices"][0]["token_ids"] for answer in sent]
+    logprobs = [[c["logprob"] for c in a["choices"][0]["logprobs"]["content"]] for a in sent]
+    gap = prompts[1][len(prompts[0]) + len(completions[0]) :]
+    assert prompts[1][: len(prompts[0]) + len(completions[0])] == prompts[0] + completions[0]
+    assert (first["segment"], first["prompt_ids"]) == (0, prompts[0])
+    assert first["response_ids"] == completions[0] + gap + completions[1]
+    assert first["loss_mask"] == [1] * len(completions[0]) + [0] * len(gap) + [1] * len(
+        completions[1]
+    )
+    pairs = zip(first["response_logprobs"], first["loss_mask"], strict=True)
+    masked = [logprob for logprob, mask in pairs if mask]
+    assert masked == logprobs[0] + logprobs[1]
+    assert (second["segment"], second["prompt_ids"]) == (1, prompts[2])
+    assert second["response_ids"] == completions[2]

@@ -495,6 +495,15 @@ def print_summary(
     if report.written:
         statuses = ", ".join(f"{status} {n:,}" for status, n in sorted(report.written.items()))
         out.print(f"  by status: {statuses}")
+    if fmt == "tokens" and report.rows_per_episode:
+        shown = ", ".join(
+            f"{count(n, 'episode')} in {count(rows, 'row')}"
+            for rows, n in sorted(report.rows_per_episode.items())
+        )
+        out.print(
+            f"  token rows per episode: {shown} (a new row starts where a prompt does not "
+            "extend the previous call's prompt and completion; docs/tokens.md)"
+        )
     if counts.incomplete:
         out.print(
             f"  {count(counts.incomplete, 'episode')} never completed in the source and "

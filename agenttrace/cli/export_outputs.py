@@ -49,6 +49,8 @@ class ExportReport:
     first_unwritable: list[str] = field(default_factory=list)
     parts: Counter = field(default_factory=Counter)  # --split: part -> episodes
     late_scores: Counter = field(default_factory=Counter)  # kept (True) / no place (False)
+    #: --format tokens, a row per episode: rows -> episodes (more than one: continuity broke)
+    rows_per_episode: Counter = field(default_factory=Counter)
     counts: Any = None  # AssemblyCounts
     seconds: float = 0.0
 
@@ -64,7 +66,7 @@ class ExportReport:
             (self.first_unwritable, other.first_unwritable),
         ):
             mine.extend(theirs[: SHOWN_ERRORS - len(mine)])
-        for counter in ("written", "filtered", "parts", "late_scores"):
+        for counter in ("written", "filtered", "parts", "late_scores", "rows_per_episode"):
             getattr(self, counter).update(getattr(other, counter))
         if other.counts is not None:
             if self.counts is None:
@@ -143,6 +145,8 @@ def emitter(fmt: str, kind: str, writer: Any, report: ExportReport, per: str = "
                 for row in rows:
                     writer.write_line(encoder.encode(row))
             report.rows += len(rows)
+            if per == "episode":
+                report.rows_per_episode[len(rows)] += 1
 
         return emit_tokens
     if fmt in ("steps", "minari"):
