@@ -24,6 +24,7 @@ from model_server import ModelServer, call, call_tools, fail, say
 import agenttrace as at
 from agenttrace.gateway import Gateway, GatewaySettings
 from agenttrace.instrument.llm_anthropic import anthropic_messages
+from agenttrace.instrument.llm_requests import responses_messages
 from agenttrace.reading import load_trajectories
 
 anthropic = pytest.importorskip("anthropic")
@@ -119,6 +120,35 @@ def anthropic_agent(base_url: str, model: str, *, stream: bool) -> list[str]:
     return texts
 
 
+def responses_agent(base_url: str, model: str, *, stream: bool) -> list[str]:
+    """The same loop on the Responses API: function_call items answered by
+    function_call_output items in the next request's input."""
+    client = openai.OpenAI(base_url=base_url, api_key=SECRET, max_retries=0)
+    tools = [{"type": "function", "name": "add", "parameters": {"type": "object"}}]
+    items: list = [{"role": "user", "content": "1+2?"}]
+    texts = []
+    for _ in range(5):
+        kwargs = {"model": model, "instructions": "be exact", "input": items, "tools": tools}
+        if stream:
+            with client.responses.stream(**kwargs) as events:
+                reply = events.get_final_response()
+        else:
+            reply = client.responses.create(**kwargs)
+        texts.append(reply.output_text)
+        calls = [item for item in reply.output if item.type == "function_call"]
+        if not calls:
+            return texts
+        for item in reply.output:
+            items.append(item.model_dump(exclude_none=True))
+        for function_call in calls:
+            arguments = json.loads(function_call.arguments)
+            items.append(
+                {"type": "function_call_output", "call_id": function_call.call_id,
+                 "output": str(arguments["a"] + arguments["b"])}
+            )  # fmt: skip
+    return texts
+
+
 def check_against_the_server(trajectory: at.Trajectory, exchanges: list, api: str) -> None:
     """Each call the server saw is one step, in order: the messages it received, the answer
     it sent, and the tool calls with the results the next request carried."""
@@ -128,6 +158,8 @@ def check_against_the_server(trajectory: at.Trajectory, exchanges: list, api: st
         body = exchange.body
         if api == "messages":
             sent = anthropic_messages(body.get("system"), body["messages"])
+        elif api == "responses":
+            sent = responses_messages(body.get("instructions"), body["input"])
         else:
             sent = body["messages"]
         assert llm.input_messages == sent
@@ -148,7 +180,7 @@ def check_against_the_server(trajectory: at.Trajectory, exchanges: list, api: st
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-@pytest.mark.parametrize("api", ["chat", "messages"])
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
 def test_each_call_is_a_step_with_what_the_server_saw(recorded, api, stream) -> None:
     script = {
         "m": [
@@ -162,6 +194,8 @@ def test_each_call_is_a_step_with_what_the_server_saw(recorded, api, stream) -> 
         try:
             if api == "chat":
                 texts = openai_agent(f"{gateway.url}/e/ep/v1", "m", stream=stream)
+            elif api == "responses":
+                texts = responses_agent(f"{gateway.url}/e/ep/v1", "m", stream=stream)
             else:
                 texts = anthropic_agent(f"{gateway.url}/e/ep", "m", stream=stream)
             gateway.book.end("ep", exit_code=0)
