@@ -402,3 +402,86 @@ def test_the_tokens_export_of_a_gateway_episode_joins_calls_whose_prompts_contin
     assert masked == logprobs[0] + logprobs[1]
     assert (second["segment"], second["prompt_ids"]) == (1, prompts[2])
     assert second["response_ids"] == completions[2]
+
+
+def test_an_upstream_that_does_not_answer_in_time_gives_504(recorded) -> None:
+    with ModelServer({"m": [say("late", delay=3.0)]}) as server:
+        settings = GatewaySettings(upstream=server.url, timeout=0.5)
+        gateway = Gateway(settings, "127.0.0.1", 0).start()
+        try:
+            client = openai.OpenAI(base_url=f"{gateway.url}/e/slow/v1", api_key="k", max_retries=0)
+            with pytest.raises(openai.APIStatusError) as raised:
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "x"}]
+                )
+            assert raised.value.status_code == 504
+            gateway.book.end("slow", exit_code=0)
+        finally:
+            gateway.stop()
+    (step,) = recorded()["slow"].steps
+    assert "did not answer" in step.llm_calls[0].error
+
+
+def test_a_keyed_gateway_refuses_other_keys_and_sends_its_own_upstream(recorded) -> None:
+    with ModelServer(fallback=say("ok")) as server:
+        settings = GatewaySettings(upstream=server.url, key="gw-key", upstream_key="up-key")
+        gateway = Gateway(settings, "127.0.0.1", 0).start()
+        try:
+            base = f"{gateway.url}/e/keyed/v1"
+            question = [{"role": "user", "content": "x"}]
+            wrong = openai.OpenAI(base_url=base, api_key="nope", max_retries=0)
+            with pytest.raises(openai.AuthenticationError):
+                wrong.chat.completions.create(model="m", messages=question)
+            right = openai.OpenAI(base_url=base, api_key="gw-key", max_retries=0)
+            assert right.chat.completions.create(model="m", messages=question).choices
+        finally:
+            gateway.stop()
+        (exchange,) = server.exchanges
+    assert exchange.headers["authorization"] == "Bearer up-key"
+    assert len(recorded()["keyed"].steps) == 1
+
+
+def test_a_traced_caller_s_call_joins_its_own_episode_and_step(recorded) -> None:
+    from agenttrace.instrument.propagation import inject
+
+    with ModelServer(fallback=say("joined")) as server:
+        gateway = Gateway(GatewaySettings(upstream=server.url), "127.0.0.1", 0).start()
+        try:
+            client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="k", max_retries=0)
+            with at.episode(episode_id="caller", task_id="traced"):
+                for index in range(2):
+                    with at.timestep():
+                        headers: dict[str, str] = {}
+                        inject(headers)
+                        client.chat.completions.create(
+                            model="m",
+                            messages=[{"role": "user", "content": f"step {index}"}],
+                            extra_headers=headers,
+                        )
+        finally:
+            gateway.stop()
+    found = recorded()
+    assert list(found) == ["caller"]  # no episode of the gateway's own
+    steps = found["caller"].steps
+    assert [s.llm_calls[0].input_messages[0]["content"] for s in steps] == ["step 0", "step 1"]
+
+
+def test_agenttrace_run_runs_a_batch_of_tasks(tmp_path) -> None:
+    (tmp_path / "agent.py").write_text(AGENT)
+    (tmp_path / "tasks.txt").write_text("0\n3\n0\n")
+    with ModelServer(fallback=say("going")) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "agenttrace", "run", "--upstream", server.url, "--tasks",
+             str(tmp_path / "tasks.txt"), "--concurrency", "2", "--", sys.executable,
+             str(tmp_path / "agent.py"), "{task}"],
+            env=clean_environ(AGENTTRACE_OUT=str(tmp_path / "runs"), OPENAI_API_KEY="k"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        seen = len(server.exchanges)
+    assert done.returncode == 1, done.stderr  # one task failed
+    assert "3 episodes, 1 failed" in done.stderr
+    assert seen == 3
+    found = load_trajectories(sorted((tmp_path / "runs").glob("*/trajectories*.jsonl")))
+    assert sorted((t.task_id, t.status) for t in found) == [
+        ("0", "completed"), ("0", "completed"), ("3", "errored")
+    ]  # fmt: skip
