@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import clean_environ
+from conftest import clean_environ, wait_until
 from model_server import ModelServer, call, call_tools, fail, say
 
 import agenttrace as at
@@ -485,3 +485,31 @@ def test_agenttrace_run_runs_a_batch_of_tasks(tmp_path) -> None:
     assert sorted((t.task_id, t.status) for t in found) == [
         ("0", "completed"), ("0", "completed"), ("3", "errored")
     ]  # fmt: skip
+
+
+def test_the_gateway_mounted_in_collect_writes_its_episodes_there(tmp_path) -> None:
+    import signal
+
+    from test_collect import _collect_process, _free_port, _health
+
+    port = _free_port()
+    out = tmp_path / "collected"
+    with ModelServer({"m": [call_tools(call("add", {"a": 2, "b": 2})), say("4")]}) as server:
+        collect = _collect_process(out, port, "--gateway-upstream", server.url, "--grace", "0.3")
+        try:
+            texts = openai_agent(f"http://127.0.0.1:{port}/e/mounted/v1", "m", stream=True)
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/e/mounted/end",
+                data=b'{"exit_code": 0}',
+                headers={"Content-Type": "application/json"},
+            )
+            assert json.loads(urllib.request.urlopen(request, timeout=10).read())["ended"]
+            assert wait_until(lambda: _health(port)["episodes_written"], timeout=30)
+        finally:
+            collect.send_signal(signal.SIGTERM)
+            collect.wait(30)
+        exchanges = server.exchanges
+    assert texts == ["", "4"]
+    (trajectory,) = load_trajectories(sorted(out.glob("trajectories*.jsonl")))
+    assert (trajectory.episode_id, trajectory.status) == ("mounted", "completed")
+    check_against_the_server(trajectory, exchanges, "chat")
