@@ -19,13 +19,10 @@ test skips only when ``node`` or ``npm`` is missing; .ci/run installs Debian's `
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import operator
-import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -34,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from conftest import clean_environ, wait_until
+from node_packages import installed_node_modules
 
 from agenttrace.collect import CollectService, CollectSettings
 from agenttrace.reading import load_trajectories
@@ -42,51 +40,13 @@ pytest.importorskip("aiohttp")
 pytestmark = pytest.mark.timeout(300)
 
 PRODUCER = Path(__file__).parent / "node_producer"
-#: ``npm ci`` from a cold npm cache downloads 13 small packages; bounded all the same.
-NPM_TIMEOUT = 240
-#: The OpenTelemetry JS SDK 2.x line (package.json's engines).
-NODE_MIN = (18, 19)
 EPISODES = 6
 
 
 @pytest.fixture(scope="session")
 def node_modules(request, tmp_path_factory) -> Path:
-    """The producer's node_modules, installed by ``npm ci`` once per lock file."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        why = "node and npm are needed to run the Node.js producer (.ci/run installs them)"
-        if os.environ.get("AGENTTRACE_REQUIRE_NODE") == "1":
-            pytest.fail(f"{why}, and AGENTTRACE_REQUIRE_NODE=1")
-        pytest.skip(why)
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
-    found = tuple(int(part) for part in version.stdout.strip().lstrip("v").split(".")[:2])
-    assert found >= NODE_MIN, f"node {version.stdout.strip()} is older than the SDK's ^18.19"
-    manifests = [PRODUCER / "package.json", PRODUCER / "package-lock.json"]
-    key = hashlib.sha256(b"".join(path.read_bytes() for path in manifests)).hexdigest()[:16]
-    cache = getattr(request.config, "cache", None)
-    root = cache.mkdir("node-producer") if cache is not None else tmp_path_factory.mktemp("node")
-    installed = root / key
-    # installed in a folder of its own, then renamed: there means whole
-    if not installed.is_dir():
-        staging = Path(tempfile.mkdtemp(prefix=".installing-", dir=root))
-        for path in manifests:
-            shutil.copy(path, staging)
-        command = [npm, "ci", "--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund"]
-        try:
-            done = subprocess.run(
-                command, cwd=staging, capture_output=True, text=True, timeout=NPM_TIMEOUT
-            )
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.fail(f"npm ci took more than {NPM_TIMEOUT} s")
-        if done.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.fail(f"npm ci failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        try:
-            staging.rename(installed)
-        except OSError:  # another session installed the same lock file meanwhile
-            shutil.rmtree(staging, ignore_errors=True)
-    return installed / "node_modules"
+    """The producer's node_modules (tests/node_packages.py)."""
+    return installed_node_modules(request, tmp_path_factory, PRODUCER, "the Node.js producer")
 
 
 def read_body(stream, headers) -> bytes:

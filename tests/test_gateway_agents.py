@@ -27,18 +27,16 @@ lock file, as tests/test_collect_node.py does; the Node agents skip only when ``
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from conftest import clean_environ
 from model_server import ModelServer, call, call_tools, fail, say
+from node_packages import installed_node_modules
 from test_gateway import check_against_the_server
 
 from agenttrace.instrument.llm_anthropic import anthropic_messages
@@ -48,10 +46,6 @@ pytest.importorskip("aiohttp")
 pytestmark = pytest.mark.timeout(300)
 
 AGENTS = Path(__file__).parent / "gateway_agents"
-#: ``npm ci`` from a cold npm cache downloads 9 small packages; bounded all the same.
-NPM_TIMEOUT = 240
-#: Debian 12's nodejs is 18.20; the SDKs pinned in package.json run on 18.19 and later.
-NODE_MIN = (18, 19)
 SECRET = "sk-gateway-agents-5c2d"
 QUESTION = "what are 1+2, 3+4 and 5+6?"
 #: Every agent's script: two tool calls at once, one more after some text, then the answer.
@@ -66,42 +60,8 @@ LLM_TOOL = 'def add(a: int, b: int) -> int:\n    "add two numbers"\n    return a
 
 @pytest.fixture(scope="session")
 def node_modules(request, tmp_path_factory) -> Path:
-    """The agents' node_modules, installed by ``npm ci`` once per lock file."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        why = "node and npm are needed to run the Node.js agents (.ci/run installs them)"
-        if os.environ.get("AGENTTRACE_REQUIRE_NODE") == "1":
-            pytest.fail(f"{why}, and AGENTTRACE_REQUIRE_NODE=1")
-        pytest.skip(why)
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
-    found = tuple(int(part) for part in version.stdout.strip().lstrip("v").split(".")[:2])
-    assert found >= NODE_MIN, f"node {version.stdout.strip()} is older than 18.19"
-    manifests = [AGENTS / "package.json", AGENTS / "package-lock.json"]
-    key = hashlib.sha256(b"".join(path.read_bytes() for path in manifests)).hexdigest()[:16]
-    cache = getattr(request.config, "cache", None)
-    root = cache.mkdir("gateway-agents") if cache is not None else tmp_path_factory.mktemp("npm")
-    installed = root / key
-    # installed in a folder of its own, then renamed: there means whole
-    if not installed.is_dir():
-        staging = Path(tempfile.mkdtemp(prefix=".installing-", dir=root))
-        for path in manifests:
-            shutil.copy(path, staging)
-        command = [npm, "ci", "--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund"]
-        try:
-            done = subprocess.run(
-                command, cwd=staging, capture_output=True, text=True, timeout=NPM_TIMEOUT
-            )
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.fail(f"npm ci took more than {NPM_TIMEOUT} s")
-        if done.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.fail(f"npm ci failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        try:
-            staging.rename(installed)
-        except OSError:  # another session installed the same lock file meanwhile
-            shutil.rmtree(staging, ignore_errors=True)
-    return installed / "node_modules"
+    """The agents' node_modules (tests/node_packages.py)."""
+    return installed_node_modules(request, tmp_path_factory, AGENTS, "the Node.js agents")
 
 
 def agenttrace_run(tmp_path: Path, upstream: str, task: str, command: list[str], **env: str):
