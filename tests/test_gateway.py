@@ -513,3 +513,75 @@ def test_the_gateway_mounted_in_collect_writes_its_episodes_there(tmp_path) -> N
     (trajectory,) = load_trajectories(sorted(out.glob("trajectories*.jsonl")))
     assert (trajectory.episode_id, trajectory.status) == ("mounted", "completed")
     check_against_the_server(trajectory, exchanges, "chat")
+
+
+def test_models_a_custom_prefix_streamed_tokens_and_time_to_first_token(recorded, tmp_path) -> None:
+    """GET /v1/models passes through; a --prefix template names the episode; a streamed
+    answer with tokens on reaches the client without the ids it did not ask for, and its span
+    has the time to first token."""
+    from agenttrace.storage import read_otlp_json
+
+    with ModelServer({"m": [say("streamed words here")]}, flavor="vllm", models=["m"]) as server:
+        settings = GatewaySettings(
+            upstream=server.url, tokens=True, prefixes=("/runs/{run}/{episode}",)
+        )
+        gateway = Gateway(settings, "127.0.0.1", 0).start()
+        try:
+            client = openai.OpenAI(base_url=f"{gateway.url}/runs/r7/e3/v1", api_key="k",
+                                   max_retries=0)  # fmt: skip
+            assert "m" in [model.id for model in client.models.list()]
+            chunks = list(
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "go"}], stream=True
+                )
+            )
+            gateway.book.end("r7-e3", exit_code=0)
+        finally:
+            gateway.stop()
+        streamed = [e for e in server.exchanges if e.path.endswith("/chat/completions")]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "streamed words here"
+    )
+    for chunk in chunks:
+        assert (chunk.model_extra or {}).get("prompt_token_ids") is None
+        for choice in chunk.choices:
+            assert (choice.model_extra or {}).get("token_ids") is None
+            assert choice.logprobs is None
+    assert streamed[0].body["return_token_ids"] is True
+    (step,) = recorded()["r7-e3"].steps
+    assert step.llm_calls[0].completion_token_ids  # recorded all the same
+    spans = list(read_otlp_json(sorted((tmp_path / "runs" / "gw").glob("spans*.jsonl"))))
+    (chat,) = [s for s in spans if s.name.startswith("chat")]
+    first_event, latency = (chat.attributes[f"agenttrace.gateway.{key}"]
+                            for key in ("first_event_ms", "latency_ms"))  # fmt: skip
+    assert 0 < first_event <= latency < 10_000
+    assert chat.attributes["agenttrace.gateway.streamed"] is True
+
+
+def test_agenttrace_run_uses_a_running_gateway(tmp_path) -> None:
+    (tmp_path / "agent.py").write_text(AGENT)
+    with ModelServer(fallback=say("going")) as server:
+        gateway_process = subprocess.Popen(
+            [sys.executable, "-m", "agenttrace", "gateway", "--upstream", server.url,
+             "--listen", "127.0.0.1:0"],
+            env=clean_environ(AGENTTRACE_OUT=str(tmp_path / "gateway-runs")),
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            line = gateway_process.stderr.readline()
+            url = line.split()[2]  # "agenttrace gateway: http://127.0.0.1:PORT -> ..."
+            done = subprocess.run(
+                [sys.executable, "-m", "agenttrace", "run", "--gateway", url, "--task", "t2",
+                 "--", sys.executable, str(tmp_path / "agent.py"), "0"],
+                env=clean_environ(AGENTTRACE_OUT=str(tmp_path / "run-runs"), OPENAI_API_KEY="k"),
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+        finally:
+            gateway_process.send_signal(subprocess.signal.SIGTERM)
+            gateway_process.wait(60)
+    assert done.returncode == 0, done.stderr
+    (trajectory,) = load_trajectories(
+        sorted((tmp_path / "gateway-runs").glob("*/trajectories*.jsonl"))
+    )
+    assert (trajectory.task_id, trajectory.status, len(trajectory.steps)) == ("t2", "completed", 1)
+    assert not list((tmp_path / "run-runs").glob("*/trajectories*.jsonl"))  # the gateway's

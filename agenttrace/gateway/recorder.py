@@ -8,6 +8,10 @@ calls in an answer are matched with the tool results in the next request of the 
 trajectory reads as the agent's transcript. Tool calls whose result never came are written,
 without a result, when the episode ends.
 
+A call's spans open as its request arrives; its content (the request's messages and tools,
+the answer) is read and recorded by :meth:`EpisodeBook.finish_call`, which the gateway calls
+once the client has its answer, so recording adds nothing to the time the client waits.
+
 The spans go through the process's agenttrace pipeline (``agenttrace.configure`` settings:
 local files, or ``AGENTTRACE_COLLECT`` to a collect service), so step tables, the tokens
 export, scores and the viewer work for them unchanged.
@@ -37,7 +41,10 @@ logger = logging.getLogger("agenttrace")
 
 #: Attributes of a gateway call's span (besides the GenAI ones).
 LATENCY = "agenttrace.gateway.latency_ms"
-TIME_TO_FIRST_TOKEN = "gen_ai.server.time_to_first_token"  # seconds, as the GenAI metric
+#: Time to first token of a streamed answer: to its first event, in ms. (Not GenAI's metric
+#: name, gen_ai.server.time_to_first_token: an attribute named like a token is withheld as a
+#: secret.)
+TIME_TO_FIRST_EVENT = "agenttrace.gateway.first_event_ms"
 STREAMED = "agenttrace.gateway.streamed"
 UPSTREAM_STATUS = "http.response.status_code"
 
@@ -57,26 +64,32 @@ class _Step:
     tool_calls: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (name, args)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Episode:
     scope: Any
     started: float
     last_call: float
     calls: int = 0
+    open_calls: int = 0  # started, not yet finished
+    ending: tuple[int | None, str] | None = None  # end() came while calls were open
     last_step: _Step | None = None
     conversation: list[Any] = field(default_factory=list)  # last input + output, _essence'd
 
 
 @dataclass
 class CallRecord:
-    """One call on its way: its spans are open until :meth:`EpisodeBook.finish_call`."""
+    """One call on its way: its spans are open until :meth:`EpisodeBook.finish_call`, which
+    also records the request (``body``) read as messages."""
 
     episode_id: str | None
     step: Any
     call: Any
     started: float
     api: str
-    input_messages: list[Any]
+    body: dict[str, Any]
+    episode: _Episode | None = None
+    previous: _Step | None = None  # the episode's step before this call (its tool calls)
+    input_messages: list[Any] = field(default_factory=list)
 
 
 class EpisodeBook:
@@ -85,6 +98,7 @@ class EpisodeBook:
     def __init__(self, *, idle_timeout: float = 300.0) -> None:
         self.idle_timeout = idle_timeout
         self._episodes: dict[str, _Episode] = {}
+        self._ending: set[_Episode] = set()  # ended while calls were open: the last one closes
         self._lock = threading.Lock()
 
     # --- episodes --------------------------------------------------------------------------
@@ -121,11 +135,21 @@ class EpisodeBook:
 
     def end(self, episode_id: str, *, exit_code: int | None = None, reason: str = "") -> bool:
         """End an episode: exit code 0 (or None) completes it; any other ends it errored,
-        ``reason`` saying why (the signal, the code). False when it was not open."""
+        ``reason`` saying why (the signal, the code). False when it was not open. A call of
+        the episode still open (its client has the answer; its record is being written)
+        ends first: the episode ends with it."""
         with self._lock:
             episode = self._episodes.pop(episode_id, None)
+            if episode is not None and episode.open_calls:
+                episode.ending = (exit_code, reason)
+                self._ending.add(episode)
+                return True
         if episode is None:
             return False
+        self._close(episode, exit_code, reason)
+        return True
+
+    def _close(self, episode: _Episode, exit_code: int | None, reason: str) -> None:
         self._flush_tool_calls(episode)
         scope = episode.scope
         if exit_code not in (None, 0):
@@ -133,17 +157,16 @@ class EpisodeBook:
         else:
             scope.set_status(sc.STATUS_COMPLETED)
             scope.end()
-        return True
 
     def end_idle(self, now: float | None = None) -> list[str]:
-        """End the episodes no call came to for ``idle_timeout`` seconds (their status as
-        their steps say); returns their ids."""
+        """End the episodes no call came to for ``idle_timeout`` seconds and none is open
+        in (their status as their steps say); returns their ids."""
         now = time.monotonic() if now is None else now
         with self._lock:
             idle = [
                 episode_id
                 for episode_id, episode in self._episodes.items()
-                if now - episode.last_call >= self.idle_timeout
+                if now - episode.last_call >= self.idle_timeout and not episode.open_calls
             ]
             ended = [(episode_id, self._episodes.pop(episode_id)) for episode_id in idle]
         for _, episode in ended:
@@ -152,8 +175,13 @@ class EpisodeBook:
         return idle
 
     def end_all(self) -> None:
+        """End every episode now, calls still open or not (the gateway stops)."""
         for episode_id in self.open_episodes():
             self.end(episode_id)
+        with self._lock:
+            ending, self._ending = list(self._ending), set()
+        for episode in ending:
+            self._close(episode, *(episode.ending or (None, "")))
 
     def continued(self, messages: list[Any]) -> str | None:
         """The open episode whose last call's messages and answer this call's messages
@@ -178,10 +206,13 @@ class EpisodeBook:
         task_id: str | None = None,
         group_id: str | None = None,
         headers: Any = None,
+        started: float | None = None,
     ) -> CallRecord:
-        """Open the spans of a call as its request arrives. ``episode_id`` None with trace
-        headers: the call joins its caller's episode and step (the caller is traced)."""
-        messages = input_messages(api, body)
+        """Open the spans of a call as its request arrives (its content is recorded by
+        :meth:`finish_call`). ``episode_id`` None with trace headers: the call joins its
+        caller's episode and step (the caller is traced). ``started``: the perf_counter
+        when the request arrived (default: now), which latencies count from."""
+        previous = episode = None
         if episode_id is None:
             parent = extract(headers)  # a traced caller: its span, its episode's frame
             step = None
@@ -189,10 +220,9 @@ class EpisodeBook:
             episode = self._episode(episode_id, task_id, group_id)
             with self._lock:
                 episode.calls += 1
+                episode.open_calls += 1
                 episode.last_call = time.monotonic()
                 previous = episode.last_step
-            if previous is not None:
-                self._tool_results(previous, messages)
             step = at.timestep()
             step._parent = episode.scope._context
             step.start()
@@ -200,18 +230,10 @@ class EpisodeBook:
         call = at.llm_call(model=body.get("model") if isinstance(body.get("model"), str) else None)
         call._parent = parent
         call.start()
-        try:
-            fields = {"input_messages": messages} if messages else {}
-            tools = read_request(body).get("tool_definitions")
-            if tools is not None:
-                fields["tool_definitions"] = tools
-            call.record(**fields)
-            for key, value in request_parameters(body).items():
-                call.set_attribute(key, value)
-            call.set_attribute(STREAMED, bool(body.get("stream")))
-        except Exception:
-            logger.exception("agenttrace gateway: recording a request")
-        return CallRecord(episode_id, step, call, time.perf_counter(), api, messages)
+        started = time.perf_counter() if started is None else started
+        return CallRecord(
+            episode_id, step, call, started, api, body, episode=episode, previous=previous
+        )
 
     def finish_call(
         self,
@@ -221,18 +243,23 @@ class EpisodeBook:
         error: BaseException | None = None,
         status: int | None = None,
         first_event_at: float | None = None,
+        answered_at: float | None = None,
     ) -> None:
-        """Close a call's spans with its answer (or the upstream's error)."""
+        """Record a call's request and answer (or the upstream's error) and close its spans.
+        ``answered_at``: the perf_counter when the answer was whole (default: now)."""
         call = record.call
         fields: dict[str, Any] = {}
+        self._record_request(record)
         try:
             if answer is not None:
                 fields = read_result(answer)  # (vLLM's token ids and logprobs too)
                 call.record(**fields)
-            latency = (time.perf_counter() - record.started) * 1000
-            call.set_attribute(LATENCY, round(latency, 3))
+            if answered_at is None:
+                answered_at = time.perf_counter()
+            call.set_attribute(LATENCY, round((answered_at - record.started) * 1000, 3))
             if first_event_at is not None:
-                call.set_attribute(TIME_TO_FIRST_TOKEN, first_event_at - record.started)
+                first = (first_event_at - record.started) * 1000
+                call.set_attribute(TIME_TO_FIRST_EVENT, round(first, 3))
             if status is not None:
                 call.set_attribute(UPSTREAM_STATUS, status)
         except Exception:
@@ -241,12 +268,15 @@ class EpisodeBook:
             call.end(error)
             if record.step is not None:
                 record.step.end(error)
-        if record.episode_id is None or record.step is None:
+        episode = record.episode
+        if episode is None or record.step is None:
             return
+        closing = None
         with self._lock:
-            episode = self._episodes.get(record.episode_id)
-            if episode is None:
-                return
+            episode.open_calls -= 1
+            if episode.ending is not None and not episode.open_calls and episode in self._ending:
+                self._ending.discard(episode)
+                closing = episode.ending
             outputs = fields.get("output_messages") or []
             step = _Step(record.step._context)
             for message in outputs:
@@ -260,6 +290,29 @@ class EpisodeBook:
             episode.last_step = step
             episode.conversation = [_essence(m) for m in (*record.input_messages, *outputs)]
             episode.last_call = time.monotonic()
+        if closing is not None:
+            self._close(episode, *closing)
+
+    def _record_request(self, record: CallRecord) -> None:
+        """The request's messages, tools and parameters on the call's span; its tool results
+        joined to the tool calls of the episode's step before."""
+        call, body = record.call, record.body
+        try:
+            # (one reading of the request: its messages and its tools)
+            request = read_request(body if record.api != "messages" else _tools_only(body))
+            messages = record.input_messages = input_messages(record.api, body, request)
+            if record.previous is not None:
+                self._tool_results(record.previous, messages)
+            fields = {"input_messages": messages} if messages else {}
+            tools = request.get("tool_definitions")
+            if tools is not None:
+                fields["tool_definitions"] = tools
+            call.record(**fields)
+            for key, value in request_parameters(body).items():
+                call.set_attribute(key, value)
+            call.set_attribute(STREAMED, bool(body.get("stream")))
+        except Exception:
+            logger.exception("agenttrace gateway: recording a request")
 
     # --- tool calls --------------------------------------------------------------------------
 
@@ -314,14 +367,20 @@ def _essence(message: Any) -> tuple[Any, ...]:
     return (message.get("role"), content or None, calls, message.get("tool_call_id"))
 
 
-def input_messages(api: str, body: dict[str, Any]) -> list[Any]:
-    """The request's messages as chat messages, whatever the API."""
+def input_messages(api: str, body: dict[str, Any], request: Any = None) -> list[Any]:
+    """The request's messages as chat messages, whatever the API (``request``: the body's
+    :func:`read_request`, when already read)."""
     if api == "messages":
         return anthropic_messages(body.get("system"), body.get("messages"))
-    messages = read_request(body).get("input_messages")
+    messages = (request if request is not None else read_request(body)).get("input_messages")
     if isinstance(messages, str):  # a legacy completion's prompt
         return [{"role": "user", "content": messages}]
     return list(messages) if isinstance(messages, list) else []
+
+
+def _tools_only(body: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic request's tools, for :func:`read_request` (its messages are read apart)."""
+    return {"tools": body["tools"]} if "tools" in body else {}
 
 
 def new_episode_id() -> str:
