@@ -2,11 +2,14 @@
 
 Requests are forwarded as they came (the client's auth header passes through and is never
 recorded); answers come back unchanged: a streamed one chunk by chunk as the upstream sends
-it, with a copy going to a :class:`~agenttrace.gateway.streams.StreamCapture`. Upstream errors
-pass through with their status and body and end the call's step errored; an upstream that
-does not answer in time gives 504. With ``tokens`` on, Chat Completions and completion
-requests also ask a vLLM or SGLang upstream for token ids and logprobs, and what the client
-did not ask for is taken out of the answer before it gets it.
+it, with a copy going to a :class:`~agenttrace.gateway.streams.StreamCapture` once the chunk
+is on its way to the client. Recording stays off the client's wait: a request goes upstream
+before its spans open (they open while the upstream works), and its content and answer are
+recorded once the client has the whole answer (benchmarks/gateway.py measures what is left).
+Upstream errors pass through with their status and body and end the call's step errored; an
+upstream that does not answer in time gives 504. With ``tokens`` on, Chat Completions and
+completion requests also ask a vLLM or SGLang upstream for token ids and logprobs, and what the
+client did not ask for is taken out of the answer before it gets it.
 
 Besides the model APIs (:mod:`agenttrace.gateway.routes`), an episode prefix takes
 ``POST .../score`` (a late score, as :func:`agenttrace.score` gives) and ``POST .../end``
@@ -68,7 +71,7 @@ class GatewaySettings:
 
 def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -> None:
     """The gateway's routes on an aiohttp application (standalone, or beside collect's)."""
-    from aiohttp import ClientSession, ClientTimeout, web
+    from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
     router = Router(settings.prefixes)
     upstream = settings.upstream.rstrip("/")
@@ -78,8 +81,13 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
     expiry: list[Any] = []  # the task ending idle episodes
 
     async def open_session(app: Any) -> None:
+        # No limit on connections to the upstream (aiohttp's default is 100): every call an
+        # agent makes goes upstream at once, as it would without the gateway, none queued.
         sessions.append(
-            ClientSession(timeout=ClientTimeout(total=None, sock_read=settings.timeout))
+            ClientSession(
+                connector=TCPConnector(limit=0),
+                timeout=ClientTimeout(total=None, sock_read=settings.timeout),
+            )
         )
 
     async def close_session(app: Any) -> None:
@@ -145,6 +153,7 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
         return web.json_response({"error": {"message": "not found"}}, status=404)
 
     async def forward(request: web.Request, route: Route, body: bytes) -> web.StreamResponse:
+        arrived = time.perf_counter()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         headers = {k: v for k, v in headers.items() if not k.lower().startswith("x-agenttrace-")}
         if settings.key is not None:  # the client's key was the gateway's: not the upstream's
@@ -155,75 +164,117 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
                 headers["Authorization"] = f"Bearer {settings.upstream_key}"
         headers.update(settings.extra_headers)
         payload: Any = None
-        if request.method == "POST" and body:
-            try:
-                payload = json.loads(body)
-            except ValueError:
-                payload = None
-        record = None
         added: tuple[str, ...] = ()
-        if isinstance(payload, dict) and route.api != "models":
-            if settings.tokens and route.api in ("chat", "completions"):
+        recorded = request.method == "POST" and bool(body) and route.api != "models"
+        if recorded and settings.tokens and route.api in ("chat", "completions"):
+            payload = _json_object(body)
+            if payload is not None:
                 payload, added = _ask_for_tokens(payload)
                 body = json.dumps(payload).encode()
-            record = start_recording(request, route, payload)
         url = upstream + route.upstream_path
         if request.query_string:
             url += "?" + request.query_string
-        session = sessions[0]
+        # The request goes upstream first; its record starts while the upstream works on it.
+        sending = asyncio.ensure_future(
+            sessions[0].request(request.method, url, data=body or None, headers=headers)
+        )
+        call = _Call()
         try:
-            upstream_answer = await session.request(
-                request.method, url, data=body or None, headers=headers
-            )
-        except (asyncio.TimeoutError, OSError) as exc:
-            text = f"agenttrace gateway: upstream {url} did not answer: {type(exc).__name__}"
-            if record is not None:
-                book.finish_call(record, error=UpstreamError(504, text.encode()), status=504)
-            return web.json_response({"error": {"message": text}}, status=504)
-        async with upstream_answer:
-            out_headers = {
-                k: v for k, v in upstream_answer.headers.items() if k.lower() not in _HOP_HEADERS
-            }
-            streamed = upstream_answer.content_type == "text/event-stream"
-            if not streamed:
-                data = await upstream_answer.read()
-                data = finish_whole(record, upstream_answer.status, data, added)
-                return web.Response(status=upstream_answer.status, body=data, headers=out_headers)
-            response = web.StreamResponse(status=upstream_answer.status, headers=out_headers)
-            await response.prepare(request)
-            capture = StreamCapture(route.api) if record is not None else None
-            stripper = _EventStripper(added) if added else None
-            error: BaseException | None = None
+            if recorded:
+                for _ in range(2):  # the request's task, then (Python < 3.12) its body's
+                    await asyncio.sleep(0)  # writer task, write the request out
+                payload = payload if payload is not None else _json_object(body)
+                if payload is not None:
+                    call.record = start_recording(request, route, payload, arrived)
+            try:
+                upstream_answer = await sending
+            except (asyncio.TimeoutError, OSError) as exc:
+                text = f"agenttrace gateway: upstream {url} did not answer: {type(exc).__name__}"
+                finish(call, error=UpstreamError(504, text.encode()), status=504)
+                return web.json_response({"error": {"message": text}}, status=504)
+            async with upstream_answer:
+                return await pass_back(request, route, upstream_answer, added, call)
+        except BaseException as exc:  # (the client gone, the server stopping, ...)
+            sending.cancel()
+            finish(call, error=exc if isinstance(exc, Exception) else _ended(exc))
+            raise
+
+    async def pass_back(
+        request: web.Request,
+        route: Route,
+        upstream_answer: Any,
+        added: tuple[str, ...],
+        call: _Call,
+    ) -> web.StreamResponse:
+        """The upstream's answer to the client, then to the record."""
+        out_headers = {
+            k: v for k, v in upstream_answer.headers.items() if k.lower() not in _HOP_HEADERS
+        }
+        status = upstream_answer.status
+        if upstream_answer.content_type != "text/event-stream":
+            data = await upstream_answer.read()
+            answered_at = time.perf_counter()
+            shown = _stripped(data, added) if added and status < 400 else data
+            response = web.Response(status=status, body=shown, headers=out_headers)
+            try:  # the client's answer first; the record after
+                await response.prepare(request)
+                await response.write_eof()
+            finally:
+                answer = None
+                if status < 400 and call.record is not None:
+                    answer = _json_object(data)
+                error = UpstreamError(status, data) if status >= 400 else None
+                finish(call, answer=answer, error=error, status=status, answered_at=answered_at)
+            return response
+        response = web.StreamResponse(status=status, headers=out_headers)
+        await response.prepare(request)
+        capture = StreamCapture(route.api) if call.record is not None else None
+        stripper = _EventStripper(added) if added else None
+        error: BaseException | None = None
+        answered_at = None
+        try:
             try:
                 async for chunk in upstream_answer.content.iter_any():
-                    if capture is not None:
+                    shown = stripper.feed(chunk) if stripper is not None else chunk
+                    if shown:
+                        await response.write(shown)
+                    if capture is not None:  # the record's copy, once the client has it
                         capture.feed(chunk)
-                    if stripper is not None:
-                        chunk = stripper.feed(chunk)
-                    if chunk:
-                        await response.write(chunk)
                 if stripper is not None:
                     rest = stripper.flush()
                     if rest:
                         await response.write(rest)
             except (asyncio.TimeoutError, OSError, ConnectionError) as exc:
                 error = exc
-            finally:
-                if record is not None and capture is not None:
-                    status = upstream_answer.status
-                    if error is None and status >= 400:
-                        error = UpstreamError(status, b"")
-                    book.finish_call(
-                        record,
-                        answer=capture.result(),
-                        error=error,
-                        status=status,
-                        first_event_at=capture.first_event_at,
-                    )
+            answered_at = time.perf_counter()
             await response.write_eof()
-            return response
+        except BaseException as exc:
+            if error is None:
+                error = exc if isinstance(exc, Exception) else _ended(exc)
+            raise
+        finally:
+            if capture is not None:
+                if error is None and status >= 400:
+                    error = UpstreamError(status, b"")
+                finish(
+                    call,
+                    answer=capture.result(),
+                    error=error,
+                    status=status,
+                    first_event_at=capture.first_event_at,
+                    answered_at=answered_at,
+                )
+        return response
 
-    def start_recording(request: web.Request, route: Route, payload: dict[str, Any]) -> Any:
+    def finish(call: _Call, **outcome: Any) -> None:
+        """Close the call's record (once: the first outcome stands)."""
+        record, call.record = call.record, None
+        if record is not None:
+            book.finish_call(record, **outcome)
+
+    def start_recording(
+        request: web.Request, route: Route, payload: dict[str, Any], arrived: float
+    ) -> Any:
         episode_id, task_id, group_id = episode_from_headers(request.headers)
         episode_id = route.episode_id or episode_id
         headers = None
@@ -240,25 +291,11 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
                 task_id=task_id,
                 group_id=group_id,
                 headers=headers,
+                started=arrived,
             )
         except Exception:  # recording never stops a call
             logger.exception("agenttrace gateway: could not record a call")
             return None
-
-    def finish_whole(record: Any, status: int, data: bytes, added: tuple[str, ...]) -> bytes:
-        answer = None
-        if status < 400:
-            try:
-                answer = json.loads(data)
-            except ValueError:
-                answer = None
-        if record is not None:
-            error = UpstreamError(status, data) if status >= 400 else None
-            book.finish_call(record, answer=answer, error=error, status=status)
-        if added and isinstance(answer, dict):
-            _strip(answer, added)
-            data = json.dumps(answer).encode()
-        return data
 
     async def expire(app: Any) -> None:
         async def loop() -> None:
@@ -279,6 +316,21 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
     app.router.add_route("*", "/{tail:.*}", handle)
 
 
+def _ended(exc: BaseException) -> Exception:
+    """What a call's record says when it was cut by a cancellation (the server stopping)."""
+    return ConnectionAbortedError(f"the call was cut: {type(exc).__name__}")
+
+
+class _Call:
+    """A call's record on its way through :func:`add_gateway_routes`' handlers (None: not
+    recorded, or already finished)."""
+
+    __slots__ = ("record",)
+
+    def __init__(self) -> None:
+        self.record: Any = None
+
+
 def _ask_for_tokens(payload: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The request asking also for token ids and logprobs; which of them the client did not
     ask for (to take out of the answer)."""
@@ -291,6 +343,28 @@ def _ask_for_tokens(payload: dict[str, Any]) -> tuple[dict[str, Any], tuple[str,
         asked["logprobs"] = True
         added.append("logprobs")
     return asked, tuple(added)
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """A request body's JSON object (None: not one)."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _stripped(data: bytes, added: tuple[str, ...]) -> bytes:
+    """A whole answer without what the gateway asked for, not the client (as it came when it
+    is no JSON object)."""
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        return data
+    if not isinstance(answer, dict):
+        return data
+    _strip(answer, added)
+    return json.dumps(answer).encode()
 
 
 def _strip(answer: dict[str, Any], added: tuple[str, ...]) -> None:
