@@ -216,15 +216,21 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
             answered_at = time.perf_counter()
             shown = _stripped(data, added) if added and status < 400 else data
             response = web.Response(status=status, body=shown, headers=out_headers)
-            try:  # the client's answer first; the record after
-                await response.prepare(request)
-                await response.write_eof()
-            finally:
+
+            def record_it() -> None:
                 answer = None
                 if status < 400 and call.record is not None:
                     answer = _json_object(data)
                 error = UpstreamError(status, data) if status >= 400 else None
                 finish(call, answer=answer, error=error, status=status, answered_at=answered_at)
+
+            if _callers_own(call):  # its episode may end as soon as the caller has the answer
+                record_it()
+            try:  # the client's answer first; the record after
+                await response.prepare(request)
+                await response.write_eof()
+            finally:
+                record_it()
             return response
         response = web.StreamResponse(status=status, headers=out_headers)
         await response.prepare(request)
@@ -247,6 +253,9 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
             except (asyncio.TimeoutError, OSError, ConnectionError) as exc:
                 error = exc
             answered_at = time.perf_counter()
+            if _callers_own(call) and capture is not None:  # (see the unstreamed case)
+                finish(call, answer=capture.result(), error=error, status=status,
+                       first_event_at=capture.first_event_at, answered_at=answered_at)  # fmt: skip
             await response.write_eof()
         except BaseException as exc:
             if error is None:
@@ -265,6 +274,11 @@ def add_gateway_routes(app: Any, settings: GatewaySettings, book: EpisodeBook) -
                     answered_at=answered_at,
                 )
         return response
+
+    def _callers_own(call: _Call) -> bool:
+        """A traced caller's call: it joins the caller's episode, which the caller may end
+        the moment it has the answer, so the record must be closed before it does."""
+        return call.record is not None and call.record.episode_id is None
 
     def finish(call: _Call, **outcome: Any) -> None:
         """Close the call's record (once: the first outcome stands)."""
