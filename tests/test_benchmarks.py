@@ -59,3 +59,15 @@ def test_long_episode_benchmark_compares_live_and_offline() -> None:
             out,
             re.M,
         ), out
+
+
+def test_gateway_benchmark_records_every_call_it_times() -> None:
+    out = run("gateway.py", "--calls", "60", "--streams", "2", "--chunks", "5", "--warmup", "5")
+    assert "p50" in out and "p99" in out, out
+
+
+def test_collect_throughput_benchmark_compares_collect_with_export() -> None:
+    out = run("collect_throughput.py", "--spans", "3000", "--producers", "2")
+    assert re.search(r"agenttrace collect: .* spans/s", out), out
+    assert re.search(r"agenttrace export: .* spans/s", out), out
+    assert "collect / export: x" in out
