@@ -363,12 +363,14 @@ class Collector:
 
     def _write_late_scores(self) -> None:
         late = self._assembler.late_scores
-        while late:
-            record = late.pop(0)
+        if not late:
+            return
+        for record in late:
             try:
                 self._scores.write(score_from_record(record))
             except ValueError as exc:
                 logger.warning("agenttrace collect: a score span could not be read: %s", exc)
+        late.clear()
         self._scores.flush()
 
     # --- start after a stop or a crash ----------------------------------------------------

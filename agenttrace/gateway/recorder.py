@@ -69,7 +69,6 @@ class _Episode:
     scope: Any
     started: float
     last_call: float
-    calls: int = 0
     open_calls: int = 0  # started, not yet finished
     ending: tuple[int | None, str] | None = None  # end() came while calls were open
     last_step: _Step | None = None
@@ -219,7 +218,6 @@ class EpisodeBook:
         else:
             episode = self._episode(episode_id, task_id, group_id)
             with self._lock:
-                episode.calls += 1
                 episode.open_calls += 1
                 episode.last_call = time.monotonic()
                 previous = episode.last_step
