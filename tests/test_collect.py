@@ -363,13 +363,14 @@ def _health(port: int) -> dict:
 
 
 def _collect_process(out: Path, port: int, *extra: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agenttrace", "collect", "--out", str(out), "--grpc", "none",
-         "--http", f"127.0.0.1:{port}", *extra],
-        env=clean_environ(),
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    # its stderr to a file: a pipe that no one reads fills up and blocks the service
+    with (out.parent / f"collect-{port}.stderr").open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agenttrace", "collect", "--out", str(out), "--grpc", "none",
+             "--http", f"127.0.0.1:{port}", *extra],
+            env=clean_environ(),
+            stderr=stderr,
+        )  # fmt: skip
     url = f"http://127.0.0.1:{port}/health"
 
     def up() -> bool:

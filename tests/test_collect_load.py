@@ -39,7 +39,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
-url, name, seconds, steps = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+url, name, report = sys.argv[1], sys.argv[2], sys.argv[5]
+seconds, steps = float(sys.argv[3]), int(sys.argv[4])
 acknowledged = Counter()
 lock = threading.Lock()
 
@@ -74,7 +75,9 @@ while time.monotonic() < deadline:
         ep.set_attribute("rl.episode.length", steps)
     sent += 1
 provider.shutdown()
-print(json.dumps({"sent": sent, "acknowledged": dict(acknowledged)}))
+# to a file: a minute's report outgrows a pipe's buffer, and a blocked print never exits
+with open(report, "w") as out:
+    json.dump({"sent": sent, "acknowledged": dict(acknowledged)}, out)
 """
 
 
@@ -96,10 +99,17 @@ def test_producers_at_full_speed_lose_nothing_acknowledged_in_bounded_memory(
         started = time.monotonic()
         producers = [
             subprocess.Popen(
-                [sys.executable, "-c", PRODUCER, url, f"p{n}", str(SECONDS), str(STEPS)],
+                [
+                    sys.executable,
+                    "-c",
+                    PRODUCER,
+                    url,
+                    f"p{n}",
+                    str(SECONDS),
+                    str(STEPS),
+                    str(tmp_path / f"p{n}.json"),
+                ],
                 env=clean_environ(),
-                stdout=subprocess.PIPE,
-                text=True,
             )
             for n in range(PRODUCERS)
         ]
@@ -107,7 +117,7 @@ def test_producers_at_full_speed_lose_nothing_acknowledged_in_bounded_memory(
         while any(p.poll() is None for p in producers):
             memory.append((time.monotonic() - started, _rss_kib(collect.pid)))
             time.sleep(1)
-        reports = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in producers]
+        reports = [json.loads((tmp_path / f"p{n}.json").read_text()) for n in range(PRODUCERS)]
         assert all(p.returncode == 0 for p in producers)
         ingest_seconds = time.monotonic() - started
         assert wait_until(lambda: _health(port)["open_episodes"] == 0, timeout=120)
