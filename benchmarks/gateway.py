@@ -12,8 +12,9 @@ each way of 40 chunks 20 ms apart). Processes, all on 127.0.0.1:
   episodes to a temporary folder (each call under ``/e/<episode>/v1``, 10 calls an episode,
   then ``POST /e/<episode>/end``, as ``agenttrace run`` gives an agent);
 * for reference, a bare aiohttp forwarder (this file, ``--serve-forwarder``): the same HTTP
-  stack as the gateway (aiohttp server, aiohttp client session to the upstream), nothing
-  recorded. What it adds is the stack's own cost; the gateway's above it is agenttrace's;
+  stack as the gateway (aiohttp server, aiohttp client session to the upstream, uvloop's
+  event loop where installed), nothing recorded. What it adds is the stack's own cost; the
+  gateway's above it is agenttrace's;
 * this process, the client (aiohttp, one call at a time), which calls the upstream directly,
   through the forwarder and through the gateway in turn, call by call, so the machine's drift
   weighs on all three alike.
@@ -167,12 +168,15 @@ def serve_forwarder(upstream: str) -> None:
         yield
         await app["session"].close()
 
+    from agenttrace.collect.http_server import new_event_loop
+
     app = web.Application()
     app.cleanup_ctx.append(session)
     app.router.add_route("*", "/{tail:.*}", forward)
     sock = _listen()
     print(sock.getsockname()[1], flush=True)
-    web.run_app(app, sock=sock, print=None, access_log=None)
+    # the gateway's event loop too (uvloop where installed), for the same stack
+    web.run_app(app, sock=sock, print=None, access_log=None, loop=new_event_loop())
 
 
 # --- the client ------------------------------------------------------------------------------
@@ -365,8 +369,13 @@ def main() -> None:
     command = " ".join(["python benchmarks/gateway.py", *map(shlex.quote, sys.argv[1:])])
     cpus, load = os.cpu_count() or 1, os.getloadavg()
     print(f"command: {command}")
-    print(f"machine: {cpus} CPUs, load average {load[0]:.2f} at the start; "
-          f"Python {sys.version.split()[0]}")  # fmt: skip
+    from agenttrace.collect.http_server import new_event_loop
+
+    loop = new_event_loop()
+    kind = type(loop).__module__
+    loop.close()
+    print(f"machine: {cpus} CPUs, load average {load[0]:.2f} at the start; Python "
+          f"{sys.version.split()[0]}; the servers' event loop: {kind}")  # fmt: skip
     folder = Path(tempfile.mkdtemp(prefix="agenttrace-gateway-bench-"))
     processes: list[subprocess.Popen] = []
     try:
