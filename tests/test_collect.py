@@ -197,6 +197,16 @@ def test_bad_spans_get_partial_success_and_bad_requests_400(service, tmp_path) -
     partial = json.loads(answer)["partialSuccess"]
     assert partial["rejectedSpans"] == "1"
     assert "spanId" in partial["errorMessage"]
+    # a bad resource block costs all its spans, a bad scope block all of its own
+    bad_resource = {"attributes": [{"key": "k", "value": {"oddValue": 1}}]}
+    blocks = [
+        {"resource": bad_resource, "scopeSpans": [{"spans": [good, good]}, {"spans": [good]}]},
+        {"scopeSpans": [{"scope": "not an object", "spans": [good, good]}, {"spans": [bad, good]}]},
+    ]
+    body = json.dumps({"resourceSpans": blocks}).encode()
+    status, _, answer = post(traces, body, "application/json")
+    assert status == 200
+    assert json.loads(answer)["partialSuccess"]["rejectedSpans"] == "6"
     # protobuf: the answer is an ExportTraceServiceResponse with the same count
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
@@ -211,7 +221,7 @@ def test_bad_spans_get_partial_success_and_bad_requests_400(service, tmp_path) -
     response.ParseFromString(answer)
     assert status == 200 and response.partial_success.rejected_spans == 0
     counts = health(svc)
-    assert counts["spans_received"] == 1 and counts["spans_rejected"] == 1
+    assert counts["spans_received"] == 2 and counts["spans_rejected"] == 7
 
 
 def test_a_full_queue_answers_retryably_and_the_sdk_exporters_retry(service, tmp_path) -> None:

@@ -578,6 +578,8 @@ def test_bad_resource_block_reports_once_and_keeps_other_blocks() -> None:
     assert len(errors) == 1
     assert 'resourceSpans[0]: resource attribute "k": unknown value type' in str(errors[0])
     assert "2 span(s) skipped" in str(errors[0])
+    assert errors[0].spans_lost == 2
+    assert errors[0].located("spans.jsonl", 3).spans_lost == 2  # (kept with the location)
 
 
 def test_empty_gzip_and_detected_gzip_files(tmp_path: Path) -> None:

@@ -463,15 +463,5 @@ def _sequence_at(clock: deque[tuple[float, int]], moment: float) -> int:
 
 
 def _rejected_spans(problems: list[SpanFormatError]) -> int:
-    """Spans the problems cost: a problem of one span counts one; a resource or scope block
-    skipped says how many."""
-    total = 0
-    for problem in problems:
-        text = str(problem)
-        marker = " span(s) skipped"
-        if marker in text:
-            head = text[: text.index(marker)].rsplit(" ", 1)[-1]
-            total += int(head) if head.isdigit() else 1
-        elif problem.span is not None:
-            total += 1
-    return total
+    """Spans the problems cost (OTLP partial success's ``rejectedSpans``)."""
+    return sum(problem.spans_lost for problem in problems)

@@ -27,7 +27,8 @@ class SpanFormatError(ValueError):
     """A line, span or file that is not readable OTLP/JSON; says where, so it can be fixed.
 
     ``source`` (file name), ``line`` (1-based) and ``span`` (0-based index of the span in its
-    line) are set when known; ``reason`` is the message without the location.
+    line) are set when known; ``reason`` is the message without the location. ``skipped`` is
+    how many spans a bad resource or scope block cost (see :attr:`spans_lost`).
     """
 
     def __init__(
@@ -37,11 +38,13 @@ class SpanFormatError(ValueError):
         source: str | None = None,
         line: int | None = None,
         span: int | None = None,
+        skipped: int | None = None,
     ) -> None:
         self.reason = reason
         self.source = source
         self.line = line
         self.span = span
+        self.skipped = skipped
         where = ""
         if source is not None:
             where = source + (":%d" % line if line is not None else "") + ": "
@@ -51,9 +54,19 @@ class SpanFormatError(ValueError):
             where += "span %d: " % span
         super().__init__(where + reason)
 
+    @property
+    def spans_lost(self) -> int:
+        """Spans this problem cost (what OTLP partial success reports as rejected): those of a
+        skipped block, one for a bad span, none for a problem that cost no span."""
+        if self.skipped is not None:
+            return self.skipped
+        return 1 if self.span is not None else 0
+
     def located(self, source: str | None, line: int | None) -> SpanFormatError:
         """The same error with the file and line it came from filled in."""
-        return type(self)(self.reason, source=source, line=line, span=self.span)
+        return type(self)(
+            self.reason, source=source, line=line, span=self.span, skipped=self.skipped
+        )
 
 
 class SpanDecodeError(SpanFormatError):

@@ -224,7 +224,9 @@ def _records(resource_spans: list[Any], report: ErrorHandler) -> list[SpanRecord
             skipped = _count_spans(block)
             report(
                 error_kind(error)(
-                    "resourceSpans[%d]: %s; its %d span(s) skipped" % (r, reason_of(error), skipped)
+                    "resourceSpans[%d]: %s; its %d span(s) skipped"
+                    % (r, reason_of(error), skipped),
+                    skipped=skipped,
                 )
             )
             index += skipped
@@ -249,7 +251,8 @@ def _records(resource_spans: list[Any], report: ErrorHandler) -> list[SpanRecord
                 report(
                     error_kind(error)(
                         "resourceSpans[%d].scopeSpans[%d]: %s; its %d span(s) skipped"
-                        % (r, s, reason_of(error), skipped)
+                        % (r, s, reason_of(error), skipped),
+                        skipped=skipped,
                     )
                 )
                 index += skipped

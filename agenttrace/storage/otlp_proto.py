@@ -311,7 +311,8 @@ def _request_records(request: Any, report: ErrorHandler) -> list[SpanRecord]:
             skipped = sum(len(scope.spans) for scope in block.scope_spans)
             report(
                 error_kind(error)(
-                    "resource: %s; its %d span(s) skipped" % (reason_of(error), skipped)
+                    "resource: %s; its %d span(s) skipped" % (reason_of(error), skipped),
+                    skipped=skipped,
                 )
             )
             index += skipped
