@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "agenttrace"
 #: Top to bottom; a module may import its own layer (without a circle) and any layer below.
 LAYERS: list[tuple[str, ...]] = [
     ("agenttrace.__main__", "agenttrace.cli"),
+    ("agenttrace.view",),  # the viewer: reads through agenttrace.reading, serves on collect's stack
     ("agenttrace.gateway",),  # the capture gateway: records through the public API
     ("agenttrace",),  # the public API (agenttrace/__init__.py)
     ("agenttrace.instrument",),
@@ -142,7 +143,7 @@ def test_the_checker_finds_a_circle_and_an_upward_import():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
     assert layer_of("agenttrace.trajectory.assembler") > layer_of("agenttrace.processing.writer")
-    assert layer_of("agenttrace")[0] == 2 and layer_of("agenttrace.semconv")[0] == len(LAYERS) - 1
+    assert layer_of("agenttrace")[0] == 3 and layer_of("agenttrace.semconv")[0] == len(LAYERS) - 1
 
 
 def test_the_checker_reads_relative_and_function_level_imports(tmp_path):

@@ -37,6 +37,7 @@ from agenttrace.cli import demo as demo_task
 from agenttrace.cli import episode_view, export_ray
 from agenttrace.cli import export as export_command
 from agenttrace.cli import gateway as gateway_command
+from agenttrace.cli import view as view_command
 from agenttrace.cli import score as score_command
 from agenttrace.cli.exits import (
     EXIT_FAILURE,
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     score_command.add_parser(commands)
     collect_command.add_parser(commands)
     gateway_command.add_parsers(commands)
+    view_command.add_parser(commands)
     return parser
 
 
@@ -248,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return gateway_command.run_gateway(args, out, err)
         if args.command == "run":
             return gateway_command.run_command(args, out, err)
+        if args.command == "view":
+            return view_command.run(args, out, err)
         return run_inspect(args, out, err)
     except config.ConfigError as exc:
         err.print(f"{where}: error: {exc}")

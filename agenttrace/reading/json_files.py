@@ -26,37 +26,87 @@ from agenttrace.trajectory.model import Trajectory
 
 def read_jsonl(path: Path, report: ErrorHandler) -> Iterator[Trajectory]:
     """The trajectories of one JSON Lines file (``.gz``: gzipped), one per line."""
+    for _, trajectory in read_jsonl_lines(path, report):
+        yield trajectory
+
+
+class LineCursor:
+    """Where a read of a growing JSON Lines file got to: the byte after its last whole line
+    (bad and blank lines included), so the next read starts there."""
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset
+
+
+def read_jsonl_lines(
+    path: Path,
+    report: ErrorHandler,
+    *,
+    start: int = 0,
+    whole_lines_only: bool = False,
+    cursor: LineCursor | None = None,
+) -> Iterator[tuple[int, Trajectory]]:
+    """(offset of its line, trajectory) for each line from byte ``start`` on.
+
+    The offsets let a reader come back for one record (:func:`read_jsonl_at`) or, with a
+    ``cursor``, go on from where it stopped while a writer appends (``whole_lines_only``: a
+    last line without its newline is left for later instead of reported torn). Line numbers
+    in errors count from ``start``. For a ``.gz`` file offsets count uncompressed bytes.
+    """
     opener = gzip.open if path.name.endswith(".gz") else open
     line_no = 0
+    offset = start
     try:
         with opener(path, "rb") as handle:
+            if start:
+                handle.seek(start)
             for raw in handle:
                 line_no += 1
+                at, offset = offset, offset + len(raw)
                 ends_line = raw.endswith(b"\n")
-                if not raw.strip():
-                    continue
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    report(TrajectoryLoadError(path, line_no, f"not UTF-8 text: {exc}"))
-                    continue
-                try:
-                    data = json.loads(text)
-                except ValueError as exc:
-                    report(_json_error(path, line_no, text, exc, last=not ends_line))
-                    continue
-                except RecursionError as exc:  # this record only, not the rest of the file
-                    report(record_error(path, line_no, exc))
-                    continue
-                try:
-                    trajectory = Trajectory.from_dict(data)
-                except Exception as exc:  # one bad record never costs the others
-                    report(record_error(path, line_no, exc))
-                    continue
-                yield trajectory
+                if whole_lines_only and not ends_line:
+                    return
+                if cursor is not None:
+                    cursor.offset = offset
+                trajectory = _decode_line(path, line_no, raw, report, last=not ends_line)
+                if trajectory is not None:
+                    yield at, trajectory
     except (OSError, EOFError, zlib.error) as exc:
         where = None if line_no == 0 else line_no + 1
         report(TrajectoryLoadError(path, where, f"cannot read file: {describe_error(exc)}"))
+
+
+def read_jsonl_at(path: Path, offset: int, report: ErrorHandler) -> Trajectory | None:
+    """The trajectory on the line at byte ``offset`` (from :func:`read_jsonl_lines`)."""
+    for _, trajectory in read_jsonl_lines(path, report, start=offset):
+        return trajectory
+    return None
+
+
+def _decode_line(
+    path: Path, line_no: int, raw: bytes, report: ErrorHandler, *, last: bool
+) -> Trajectory | None:
+    """One line's trajectory, or None (blank, or bad: reported)."""
+    if not raw.strip():
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        report(TrajectoryLoadError(path, line_no, f"not UTF-8 text: {exc}"))
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        report(_json_error(path, line_no, text, exc, last=last))
+        return None
+    except RecursionError as exc:  # this record only, not the rest of the file
+        report(record_error(path, line_no, exc))
+        return None
+    try:
+        return Trajectory.from_dict(data)
+    except Exception as exc:  # one bad record never costs the others
+        report(record_error(path, line_no, exc))
+        return None
 
 
 def _json_error(
