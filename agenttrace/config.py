@@ -430,6 +430,7 @@ OTHER_VARIABLES: tuple[str, ...] = (
     "AGENTTRACE_TRAJECTORIES_DIR",  # docker-compose.yml: where agenttrace-collect writes
     "AGENTTRACE_REQUIRE_PROMETHEUS",  # tests and .ci/run: fail instead of skipping
     "AGENTTRACE_REQUIRE_NODE",  # tests and .ci/run: the Node.js producer fails, never skips
+    "AGENTTRACE_REQUIRE_CHROMIUM",  # tests and .ci/run: the viewer's browser tests never skip
 )
 _PREFIX = "AGENTTRACE_"
 
