@@ -15,6 +15,7 @@
   const indexing = document.querySelector("[data-testid=indexing]");
   const liveState = document.querySelector("[data-testid=live-status]");
   const sources = document.querySelector("[data-testid=sources]");
+  const problems = document.querySelector("[data-testid=problems]");
 
   const app = { info: null };
   let current = null; // the page shown: {onIndexed?, leave?}
@@ -61,6 +62,11 @@
     const list = info.sources || [];
     sources.textContent = list.length === 1 ? list[0] : `${list.length} sources`;
     sources.title = list.join("\n");
+    // Records the index could not read (counted; the first few given).
+    const count = info.problems || 0;
+    problems.hidden = !count;
+    problems.textContent = `${AT.fmtInt(count)} problem${count === 1 ? "" : "s"}`;
+    problems.title = (info.first_problems || []).join("\n");
   }
 
   function showCount(episodes, busy) {

@@ -121,7 +121,7 @@
         points: { show: false },
         value: (u, v, si, idx) => (idx === null || idx === undefined ? "—" : String(countsByName[name][idx] || 0)),
       });
-      data.push(running[n]);
+      data.push(running[n].map((v) => (v > 0 ? v : null))); // (no sliver for an empty bin)
     }
     return make(
       box,

@@ -217,7 +217,13 @@
   }
 
   function showEpisodes(body, data) {
-    const first = data.first_difference;
+    const stepsA = data.a.trajectory.steps || [];
+    const stepsB = data.b.trajectory.steps || [];
+    // first_difference counts steps in order; rows are by step index (the same unless the
+    // episodes have missing steps).
+    const at = data.first_difference;
+    const firstStep = at === null || at === undefined ? null : stepsA[at] || stepsB[at];
+    const first = at === null || at === undefined ? null : firstStep ? firstStep.index : at;
     const differs = data.differs_in || [];
     body.appendChild(h("div", { class: "compare-sides" }, sideHeader("a", data.a), sideHeader("b", data.b)));
     if (data.same_task === false) {
@@ -231,8 +237,6 @@
         first !== null && differs.length ? h("span", { class: "muted" }, ` (${differs.join(", ")})`) : null
       )
     );
-    const stepsA = data.a.trajectory.steps || [];
-    const stepsB = data.b.trajectory.steps || [];
     const byIndex = (steps) => new Map(steps.map((s) => [s.index, s]));
     const mapA = byIndex(stepsA);
     const mapB = byIndex(stepsB);

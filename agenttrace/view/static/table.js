@@ -277,7 +277,7 @@
       }
       const value = row[col.key];
       if (col.key === "return") {
-        return h("td", { class: "num", "data-testid": "row-return", "data-value": value === null ? "" : String(value) }, AT.fmtNum(value));
+        return h("td", { class: "num", "data-testid": "row-return", "data-value": value === null ? "" : String(value), title: value === null ? null : String(value) }, AT.fmtNum(value));
       }
       if (col.key === "duration_s") return h("td", { class: "num" }, AT.fmtSeconds(value));
       if (col.key === "error") {

@@ -118,7 +118,8 @@ window.AT = window.AT || {};
     if (!Number.isFinite(value)) return String(value);
     if (Number.isInteger(value)) return String(value);
     const abs = Math.abs(value);
-    if (abs !== 0 && (abs < 1e-4 || abs >= 1e9)) return value.toExponential(3);
+    if (abs < 1e-9) return "≈0"; // float noise such as 0.1 * 3 - 0.3 (the exact value: title)
+    if (abs < 1e-4 || abs >= 1e9) return value.toExponential(3);
     return String(Number(value.toFixed(digits)));
   }
 

@@ -300,7 +300,8 @@
     if (typeof value === "string") text = value;
     else if (isTagged(value) && value.$ndarray) {
       const b = value.$ndarray;
-      text = `ndarray ${b.dtype} [${(b.shape || []).join(", ")}]`;
+      const small = Array.isArray(b.data) && flatten(b.data, []).length <= 32;
+      text = small ? JSON.stringify(b.data) : `ndarray ${b.dtype} [${(b.shape || []).join(", ")}]`;
     } else if (isTagged(value) && value.$numpy && "value" in value.$numpy) {
       text = JSON.stringify(value.$numpy.value);
     } else text = JSON.stringify(value);
