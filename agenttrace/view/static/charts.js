@@ -67,6 +67,12 @@
     );
   }
 
+  // An axis of whole numbers (steps, episode ordinals): ticks on integers only.
+  const WHOLE = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000, 100000, 1e6, 1e7];
+  function wholeAxis(label) {
+    return numberAxis(label, { incrs: WHOLE, values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : "")) });
+  }
+
   const bars = () => uPlot.paths.bars({ size: [0.9, 60], align: 0 });
 
   // Histogram bins (equal width) over values; edges has bins + 1 numbers.
@@ -136,5 +142,5 @@
     );
   }
 
-  AT.charts = { make, destroy, destroyAll, panel, numberAxis, bars, histogram, centers, stackedBars };
+  AT.charts = { make, destroy, destroyAll, panel, numberAxis, wholeAxis, bars, histogram, centers, stackedBars };
 })(window.AT);

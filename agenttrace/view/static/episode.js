@@ -122,7 +122,7 @@
     ];
     const data = [x, rewards, cum, marks("terminated"), marks("truncated"), errors];
     const axes = [
-      AT.charts.numberAxis("step", { values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : "")) }),
+      AT.charts.wholeAxis("step"),
       AT.charts.numberAxis("reward / return", { scale: "r" }),
     ];
     if (hasDurations) {

@@ -35,7 +35,7 @@
   }
 
   function xAxis() {
-    return C.numberAxis("episode", { values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? String(v) : "")) });
+    return C.wholeAxis("episode");
   }
 
   function plotOver(panel, x, list, yLabel, options) {
