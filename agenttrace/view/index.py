@@ -40,6 +40,8 @@ __all__ = ["EpisodeIndex", "EpisodeRow"]
 
 #: Problems kept to show (all are counted).
 MAX_PROBLEMS = 20
+#: Seconds at most between two batches of new rows while a large file is read.
+PUBLISH_EVERY = 0.1
 
 
 @dataclass(eq=False)
@@ -288,11 +290,15 @@ class EpisodeIndex:
             found = enumerate(read_json_file(entry.path, self._report))
         batch: list[EpisodeRow] = []
         added = 0
+        published = time.monotonic()
         for offset, trajectory in found:
             batch.append(self._row(trajectory, number, offset))
-            if len(batch) >= 500:
+            # rows go out every tenth of a second (the first page of a large run is there
+            # at once), or every 500
+            if len(batch) >= 500 or time.monotonic() - published >= PUBLISH_EVERY:
                 added += self._publish(batch)
                 batch = []
+                published = time.monotonic()
         added += self._publish(batch)
         if name.endswith(".jsonl"):
             entry.read_to = cursor.offset

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from agenttrace.trajectory.model import Trajectory
@@ -117,15 +118,23 @@ class Filters:
         return [row for row in rows if self.keeps(row)]
 
 
-def _sort_key(sort: str) -> Any:
-    """A key that puts missing values last whatever the order."""
+def _sorted(rows: list[EpisodeRow], sort: str, descending: bool) -> list[EpisodeRow]:
+    """``rows`` by one column, rows without a value last whatever the order."""
     if sort.startswith("score:"):
         name = sort[len("score:") :]
-        return lambda row: (name not in row.scores, row.scores.get(name, 0.0))
+        present = [row for row in rows if name in row.scores]
+        missing = [row for row in rows if name not in row.scores]
+        present.sort(key=lambda row: row.scores[name], reverse=descending)
+        return present + missing
     if sort not in SORTS:
         raise ValueError(f"cannot sort by {sort!r}: one of {', '.join(SORTS)} or score:NAME")
-    attribute = "return_" if sort == "return" else sort
-    return lambda row: (getattr(row, attribute) is None, getattr(row, attribute) or 0)
+    if sort == "key":
+        return rows[::-1] if descending else rows
+    value = attrgetter("return_" if sort == "return" else sort)
+    present = [row for row in rows if value(row) is not None]
+    missing = [row for row in rows if value(row) is None]
+    present.sort(key=value, reverse=descending)  # (stable: ties keep the index order)
+    return present + missing
 
 
 def page(
@@ -140,12 +149,7 @@ def page(
     """One page of the rows the filters keep, sorted (missing values last)."""
     if offset < 0 or not 1 <= limit <= 1000:
         raise ValueError("offset must be >= 0 and limit between 1 and 1000")
-    kept = filters.apply(rows)
-    key = _sort_key(sort)
-    if sort != "key" or descending:
-        missing = [row for row in kept if key(row)[0]]
-        present = sorted((row for row in kept if not key(row)[0]), key=key, reverse=descending)
-        kept = present + missing
+    kept = _sorted(filters.apply(rows), sort, descending)
     return {
         "total": len(kept),
         "offset": offset,
