@@ -349,7 +349,8 @@ def test_every_format_the_loaders_read_and_bad_lines_cost_only_themselves(tmp_pa
             _, found = get(server.url + f"api/episode/{row['key']}")
             assert Trajectory.from_dict(found["trajectory"]) == trajectory
     _, info = get(server.url + "api/info")
-    assert info["problems"] == 1 and "trajectories.jsonl:2: not valid JSON" in info["first_problems"][0]
+    assert info["problems"] == 1
+    assert "trajectories.jsonl:2: not valid JSON" in info["first_problems"][0]
 
 
 def test_read_only_and_loopback_unless_exposed_with_a_token(tmp_path, serve) -> None:
@@ -402,3 +403,35 @@ def test_the_command_prints_its_link_and_rebuilds_span_files(demo_run, tmp_path)
         timeout=120,
     )
     assert refused.returncode == 2 and "--expose" in refused.stderr
+
+
+def test_step_tables_are_shown_as_the_trajectories_they_hold(tmp_path, serve) -> None:
+    pytest.importorskip("pyarrow")
+    from agenttrace.reading.step_tables import step_table_trajectories
+    from agenttrace.sinks import StepTablesSink
+
+    truth = [
+        episode(
+            f"s{n}",
+            [0.25 * n] * 3,
+            status="errored" if n == 1 else "completed",
+            error=EpisodeError(type="ValueError", message="bad") if n == 1 else None,
+            observations=[np.full((2, 3), n + i, dtype=np.float32) for i in range(3)],
+            actions=[np.int64(i) for i in range(3)],
+            attributes={"rl.group.id": "g"},
+        )
+        for n in range(3)
+    ]
+    tables = tmp_path / "tables"
+    sink = StepTablesSink(tables)
+    for trajectory in truth:
+        sink.write(trajectory)
+    sink.close()
+    assert list(step_table_trajectories(tables)) == truth  # what the tables hold, whole
+    server = serve([tables], follow=False)
+    _, page = get(server.url + "api/episodes?limit=100")
+    assert [row["episode_id"] for row in page["rows"]] == ["s0", "s1", "s2"]
+    assert [row["run"] for row in page["rows"]] == ["tables"] * 3
+    assert page["rows"][1]["error"] == "ValueError: bad" and page["rows"][0]["group_id"] == "g"
+    _, found = get(server.url + f"api/episode/{page['rows'][2]['key']}")
+    assert Trajectory.from_dict(found["trajectory"]) == truth[2]

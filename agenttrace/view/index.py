@@ -16,7 +16,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from agenttrace.reading.json_files import (
 from agenttrace.reading.parquet import read_parquet
 from agenttrace.reading.scores import read_scores, score_files_for
 from agenttrace.reading.sources import expand_source
+from agenttrace.reading.step_tables import is_step_tables, step_table_trajectories
 from agenttrace.semconv import GROUP_ID
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.scores import Score, apply_scores
@@ -159,6 +160,8 @@ class _Scores:
 def _run_name(path: Path) -> str:
     """The run a trajectory file belongs to: its folder's name (a run folder, or the
     ``episodes/`` folder of one)."""
+    if path.is_dir():  # step tables: the folder itself
+        return sys.intern(path.name)
     folder = path.parent
     if folder.name == "episodes" and folder.parent.name:
         folder = folder.parent
@@ -188,7 +191,12 @@ class EpisodeIndex:
         self._busy = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        expand_source(self.sources)  # a source naming no file fails here, at once
+        # step tables (a folder the steps sink wrote) are read apart: they name no file the
+        # trajectory loaders read
+        self._tables = [source for source in self.sources if is_step_tables(source)]
+        self._files_sources = [source for source in self.sources if source not in self._tables]
+        if self._files_sources:
+            expand_source(self._files_sources)  # a source naming no file fails here, at once
 
     # --- the reading thread --------------------------------------------------------------
 
@@ -247,9 +255,10 @@ class EpisodeIndex:
     def _one_pass(self) -> int:
         """Read what is new in every file; returns how many rows were added."""
         try:
-            paths = expand_source(self.sources)
+            paths = expand_source(self._files_sources) if self._files_sources else []
         except FileNotFoundError:
             paths = []
+        paths += self._tables
         for path in paths:
             if path not in self._by_path:
                 self._by_path[path] = len(self.files)
@@ -281,7 +290,9 @@ class EpisodeIndex:
                 cursor=cursor,
             )
         elif entry.read_to:
-            return 0  # gzipped, JSON and Parquet files are read once, whole
+            return 0  # gzipped, JSON, Parquet files and step tables are read once, whole
+        elif entry.path.is_dir():
+            found = enumerate(self._step_tables(entry.path))
         elif name.endswith(".jsonl.gz"):
             found = read_jsonl_lines(entry.path, self._report)
         elif name.endswith(".parquet"):
@@ -307,6 +318,12 @@ class EpisodeIndex:
         else:
             entry.read_to = 1
         return added
+
+    def _step_tables(self, folder: Path) -> Iterator[Trajectory]:
+        try:
+            yield from step_table_trajectories(folder)
+        except (OSError, ValueError) as exc:  # (what was read before it is kept)
+            self._problem(f"{folder}: {type(exc).__name__}: {exc}")
 
     def _row(self, trajectory: Trajectory, file: int, offset: int) -> EpisodeRow:
         late = self._scores.by_episode.get(trajectory.episode_id)
@@ -386,7 +403,10 @@ class EpisodeIndex:
     def _read(self, row: EpisodeRow) -> Trajectory | None:
         path = self.files[row.file].path
         errors: list[TrajectoryLoadError] = []
-        if path.name.endswith((".jsonl", ".jsonl.gz")):
+        if path.is_dir():
+            chosen = step_table_trajectories(path, episode_ids=[row.episode_id])
+            trajectory = next(iter(chosen), None)
+        elif path.name.endswith((".jsonl", ".jsonl.gz")):
             trajectory = read_jsonl_at(path, row.offset, errors.append)
         else:
             reader = (
