@@ -296,6 +296,23 @@ def test_episode_page_shows_the_file_s_steps_rewards_and_transcript(demo_run, vi
     assert tools == [[step.index, call.name] for step in chosen.steps for call in step.tool_calls]
 
 
+def test_plots_page_draws_the_episodes_its_filters_keep(demo_run, viewer, page):
+    truth = load_trajectories(demo_file(demo_run))
+    kept = [t for t in truth if t.status in ("completed", "truncated")]
+    server = viewer(demo_run)
+    page.goto(f"{server.url}#/plots?status=completed,truncated")
+    page.wait_for_selector('[data-testid=page-plots][data-state="ready"]')
+    assert page.get_attribute("[data-testid=page-plots]", "data-points") == str(len(kept))
+    for plot in ("plot-return", "plot-length", "plot-step-ms", "plot-llm-ms", "plot-tokens"):
+        assert page.locator(f"[data-testid={plot}] canvas").count() > 0, plot
+    assert page.is_checked('[data-testid=filter-status] input[data-status="completed"]')
+    # One more status ticked: the plots follow, and so does the address.
+    page.check('[data-testid=filter-status] input[data-status="errored"]')
+    three = sum(t.status in ("completed", "truncated", "errored") for t in truth)
+    page.wait_for_selector(f'[data-testid=page-plots][data-state="ready"][data-points="{three}"]')
+    assert "errored" in page.evaluate("decodeURIComponent(location.hash)")
+
+
 def _episode(episode_id: str, observations: list[Any], actions: list[Any], rewards: list[float],
              task: str = "compare-task") -> Trajectory:  # fmt: skip
     steps = [
@@ -414,7 +431,9 @@ def test_an_episode_appended_while_watching_shows_without_a_reload(tmp_path, vie
     assert page.locator("[data-testid=episode-row]").count() == before
     page.evaluate("window.__same_page = true")  # gone if the page reloads
 
-    extra = _episode("live-appended", [[9, 9], [9, 8]], [1, 0], [2.0, -1.0])
+    # Its task is markup: shown as text, never run.
+    markup = '<img src=x onerror="window.__injected = true"><b>task</b>'
+    extra = _episode("live-appended", [[9, 9], [9, 8]], [1, 0], [2.0, -1.0], task=markup)
     with path.open("a", encoding="utf-8") as out:
         out.write(extra.to_json() + "\n")
         out.flush()
@@ -432,6 +451,10 @@ def test_an_episode_appended_while_watching_shows_without_a_reload(tmp_path, vie
         f'[data-testid=status-total][data-count="{len(after)}"]', timeout=WAIT_MS
     )
     assert page.evaluate("window.__same_page") is True
+    row = page.locator('[data-testid=episode-row][data-episode-id="live-appended"]')
+    assert row.locator('td[data-col="task_id"]').text_content() == markup
+    assert row.locator("img, b").count() == 0
+    assert page.evaluate("window.__injected") is None
     assert sorted(row["episode_id"] for row in shown_rows(page)) == sorted(
         t.episode_id for t in after
     )
