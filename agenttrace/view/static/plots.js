@@ -39,6 +39,7 @@
   }
 
   function plotOver(panel, x, list, yLabel, options) {
+    list = list.filter(Boolean);
     const has = list.some((s) => s.values.some((v) => v !== null && v !== undefined));
     if (!has) {
       panel.box.appendChild(h("div", { class: "muted empty-chart" }, "nothing recorded"));
@@ -186,9 +187,13 @@
       clear(grid);
       clear(groups);
       const n = d.x.length;
-      status.textContent = n
-        ? `${AT.fmtInt(n)} episodes${d.downsampled ? " (downsampled)" : ""} · rolling window ${d.window}`
-        : "No episodes match.";
+      // Downsampled: each point is already the mean of `window` consecutive episodes.
+      const last = n ? d.x[n - 1] : 0;
+      status.textContent = !n
+        ? "No episodes match."
+        : d.downsampled
+          ? `${AT.fmtInt(last)} episodes, ${AT.fmtInt(n)} points: each the mean of ${d.window} consecutive episodes (band: their p10–p90)`
+          : `${AT.fmtInt(n)} episodes · rolling window ${d.window}`;
       if (!n) return;
       const w = d.window || 20;
       const panels = {};
@@ -203,52 +208,35 @@
         grid.appendChild(h("div", { class: "card" }, panels[id].node));
       }
       const band = "#805ad5";
+      // Downsampled, each point is a bucket's mean already: drawn as a line, with no rolling
+      // mean over it. Otherwise one dot per episode and its rolling mean.
+      const points = (label, color) => (d.downsampled ? series(label, color, { width: 1 }) : scatter(label, color));
+      const meanOf = (values) =>
+        d.downsampled ? null : { series: series(`mean (${w})`, "#dd6b20", { width: 2 }), values: rolling(values, w) };
+      // Token counts of episodes without model calls are 0: nothing recorded when all are.
+      const recorded = (values) => (values.some((v) => v) ? values : values.map(() => null));
       plotOver(
         panels["plot-return"],
         d.x,
         [
-          { series: scatter("return", "#3182ce"), values: d.return },
           { series: series("p90", band + "66", { width: 1 }), values: d.return_p90 },
           { series: series("p10", band + "66", { width: 1 }), values: d.return_p10 },
           { series: series("p50", band, { width: 1, dash: [5, 4] }), values: d.return_p50 },
-          { series: series(`mean (${w})`, "#dd6b20", { width: 2 }), values: d.return_mean },
+          d.downsampled ? null : { series: series(`mean (${w})`, "#dd6b20", { width: 2 }), values: d.return_mean },
+          { series: points(d.downsampled ? "mean return" : "return", "#3182ce"), values: d.return }, // on top
         ],
         "return",
-        { bands: [{ series: [2, 3], fill: band + "22" }] }
+        { bands: [{ series: [1, 2], fill: band + "22" }] }
       );
-      plotOver(
-        panels["plot-length"],
-        d.x,
-        [
-          { series: scatter("length", "#319795"), values: d.length },
-          { series: series(`mean (${w})`, "#dd6b20", { width: 2 }), values: rolling(d.length, w) },
-        ],
-        "steps"
-      );
-      plotOver(
-        panels["plot-step-ms"],
-        d.x,
-        [
-          { series: scatter("step ms", "#4a5568"), values: d.step_ms },
-          { series: series(`mean (${w})`, "#dd6b20", { width: 2 }), values: rolling(d.step_ms, w) },
-        ],
-        "ms"
-      );
-      plotOver(
-        panels["plot-llm-ms"],
-        d.x,
-        [
-          { series: scatter("LLM ms", "#d53f8c"), values: d.llm_ms },
-          { series: series(`mean (${w})`, "#dd6b20", { width: 2 }), values: rolling(d.llm_ms, w) },
-        ],
-        "ms"
-      );
+      plotOver(panels["plot-length"], d.x, [{ series: points("length", "#319795"), values: d.length }, meanOf(d.length)], "steps");
+      plotOver(panels["plot-step-ms"], d.x, [{ series: points("step ms", "#4a5568"), values: d.step_ms }, meanOf(d.step_ms)], "ms");
+      plotOver(panels["plot-llm-ms"], d.x, [{ series: points("LLM ms", "#d53f8c"), values: d.llm_ms }, meanOf(d.llm_ms)], "ms");
       plotOver(
         panels["plot-tokens"],
         d.x,
         [
-          { series: scatter("input", "#3182ce"), values: d.input_tokens },
-          { series: scatter("output", "#2f855a"), values: d.output_tokens },
+          { series: points("input", "#3182ce"), values: recorded(d.input_tokens) },
+          { series: points("output", "#2f855a"), values: recorded(d.output_tokens) },
         ],
         "tokens"
       );
