@@ -5,6 +5,7 @@ Only behaviour is checked here (no timings: those live in the benchmarks themsel
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -71,3 +72,11 @@ def test_collect_throughput_benchmark_compares_collect_with_export() -> None:
     assert re.search(r"agenttrace collect: .* spans/s", out), out
     assert re.search(r"agenttrace export: .* spans/s", out), out
     assert "collect / export: x" in out
+
+
+def test_viewer_benchmark_indexes_the_whole_run_it_writes() -> None:
+    out = run("viewer.py", "--episodes", "300", "--steps", "3")
+    assert "run: 300 episodes of 3 steps" in out, out
+    figures = json.loads(out.strip().splitlines()[-1])
+    assert figures["episodes"] == 300 and figures["first_page_s"] <= figures["indexed_s"]
+    assert figures["rss_mib"] > 0

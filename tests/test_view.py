@@ -365,6 +365,12 @@ def test_read_only_and_loopback_unless_exposed_with_a_token(tmp_path, serve) -> 
     assert get(server.url + "api/info?token=wrong")[0] == 401
     assert get(server.url + "api/info?token=s3cret")[0] == 200
     assert get(server.url + "api/info", {"Authorization": "Bearer s3cret"})[0] == 200
+    # the page opened with ?token= keeps it as a cookie for its own requests
+    with urllib.request.urlopen(server.url + "?token=s3cret", timeout=10) as answer:
+        cookie = answer.headers["Set-Cookie"].split(";")[0]
+    assert cookie == "agenttrace_view_token=s3cret"
+    assert get(server.url + "api/info", {"Cookie": cookie})[0] == 200
+    assert get(server.url + "api/info", {"Cookie": "agenttrace_view_token=x"})[0] == 401
     request = urllib.request.Request(server.url + "api/info", method="POST", data=b"{}")
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
