@@ -75,7 +75,7 @@ def test_collect_throughput_benchmark_compares_collect_with_export() -> None:
 
 
 def test_viewer_benchmark_indexes_the_whole_run_it_writes() -> None:
-    out = run("viewer.py", "--episodes", "300", "--steps", "3")
+    out = run("viewer.py", "--episodes", "300", "--steps", "3", "--starts", "2")
     assert "run: 300 episodes of 3 steps" in out, out
     figures = json.loads(out.strip().splitlines()[-1])
     assert figures["episodes"] == 300 and figures["first_page_s"] <= figures["indexed_s"]

@@ -37,12 +37,14 @@ from agenttrace.semconv import GROUP_ID
 from agenttrace.trajectory.model import Trajectory
 from agenttrace.trajectory.scores import Score, apply_scores
 
-__all__ = ["EpisodeIndex", "EpisodeRow"]
+__all__ = ["ColumnValues", "EpisodeIndex", "EpisodeRow"]
 
 #: Problems kept to show (all are counted).
 MAX_PROBLEMS = 20
 #: Seconds at most between two batches of new rows while a large file is read.
 PUBLISH_EVERY = 0.1
+#: Rows published as soon as they are read, before batching: the page's first page.
+FIRST_PAGE = 50
 
 
 @dataclass(eq=False)
@@ -142,6 +144,27 @@ def make_row(trajectory: Trajectory, key: int, run: str, file: int, offset: int)
 
 
 @dataclass
+class ColumnValues:
+    """The distinct runs, statuses, tasks, groups and score names seen so far (kept as rows
+    come, so the page's filter choices cost nothing to list)."""
+
+    runs: dict[str, None] = field(default_factory=dict)  # (in the order first seen)
+    statuses: set[str] = field(default_factory=set)
+    tasks: set[str] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    scores: set[str] = field(default_factory=set)
+
+    def add(self, row: EpisodeRow) -> None:
+        self.runs[row.run] = None
+        self.statuses.add(row.status)
+        if row.task_id is not None:
+            self.tasks.add(row.task_id)
+        if row.group_id is not None:
+            self.groups.add(row.group_id)
+        self.scores.update(row.scores)
+
+
+@dataclass
 class _File:
     path: Path
     run: str
@@ -178,6 +201,7 @@ class EpisodeIndex:
         self.follow = follow
         self.poll = poll
         self.rows: list[EpisodeRow] = []
+        self.values = ColumnValues()
         self.files: list[_File] = []
         self.problems: list[str] = []
         self.problem_count = 0
@@ -304,9 +328,17 @@ class EpisodeIndex:
         published = time.monotonic()
         for offset, trajectory in found:
             batch.append(self._row(trajectory, number, offset))
-            # rows go out every tenth of a second (the first page of a large run is there
-            # at once), or every 500
-            if len(batch) >= 500 or time.monotonic() - published >= PUBLISH_EVERY:
+            # let the server's thread in between records: a reading thread that keeps the
+            # GIL for its whole switch interval (5 ms) makes each request wait that long at
+            # every socket call
+            time.sleep(0)
+            # rows go out every tenth of a second, or every 500; the first 50 at once (the
+            # first page of a large run is there before the rest is read)
+            if (
+                len(batch) >= 500
+                or time.monotonic() - published >= PUBLISH_EVERY
+                or (len(batch) >= FIRST_PAGE and len(self.rows) < FIRST_PAGE)
+            ):
                 added += self._publish(batch)
                 batch = []
                 published = time.monotonic()
@@ -339,6 +371,7 @@ class EpisodeIndex:
                 row.key = len(self.rows)
                 self.rows.append(row)
                 self._keys_by_episode.setdefault(row.episode_id, []).append(row.key)
+                self.values.add(row)
         for listener in list(self._listeners):
             with contextlib.suppress(Exception):  # a listener never stops the reading
                 listener(len(batch))
@@ -371,6 +404,7 @@ class EpisodeIndex:
                     row = make_row(trajectory, key, old.run, old.file, old.offset)
                     with self._lock:
                         self.rows[key] = row
+                        self.values.add(row)
         if touched:
             for listener in list(self._listeners):
                 with contextlib.suppress(Exception):
@@ -389,6 +423,19 @@ class EpisodeIndex:
     def row(self, key: int) -> EpisodeRow | None:
         with self._lock:
             return self.rows[key] if 0 <= key < len(self.rows) else None
+
+    def column_values(self) -> tuple[ColumnValues, int]:
+        """A copy of the distinct values seen, and the number of rows."""
+        with self._lock:
+            values = self.values
+            copy = ColumnValues(
+                dict(values.runs),
+                set(values.statuses),
+                set(values.tasks),
+                set(values.groups),
+                set(values.scores),
+            )
+            return copy, len(self.rows)
 
     def snapshot(self) -> list[EpisodeRow]:
         """The rows so far (a copy of the list: the reading thread appends to the original)."""

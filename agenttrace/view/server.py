@@ -29,6 +29,8 @@ STATIC = Path(__file__).parent / "static"
 COOKIE = "agenttrace_view_token"
 #: Seconds between the comments that keep an idle event stream open through proxies.
 KEEPALIVE = 15.0
+#: Seconds at least between two events to one page (the batches between are one event).
+EVENT_GAP = 0.5
 
 
 def check_exposure(host: str, token: str | None, *, exposed: bool) -> None:
@@ -101,7 +103,7 @@ class ViewServer:
         return self.server.url + "/"
 
     def start(self) -> ViewServer:
-        self.server.start()
+        self.server.start()  # (first: the index's reading thread would slow its start down)
         self.index.listen(self._indexed)
         self.index.start()
         return self
@@ -176,23 +178,21 @@ class ViewServer:
         return web.FileResponse(STATIC / "index.html")
 
     async def _info(self, request: Any) -> Any:
-        rows = self.index.snapshot()
-        runs = list(dict.fromkeys(row.run for row in rows))
-        tasks = sorted({row.task_id for row in rows if row.task_id is not None})
-        scores = sorted({name for row in rows for name in row.scores})
+        index = self.index
+        values, episodes = index.column_values()
         info = {
-            "sources": [str(source) for source in self.index.sources],
-            "runs": runs,
-            "episodes": len(rows),
-            "indexing": self.index.indexing,
-            "following": self.index.follow,
+            "sources": [str(source) for source in index.sources],
+            "runs": list(values.runs),
+            "episodes": episodes,
+            "indexing": index.indexing,
+            "following": index.follow,
             "trace_url": self.trace_url,
-            "statuses": sorted({row.status for row in rows}),
-            "tasks": tasks[:1000],
-            "groups": len({row.group_id for row in rows if row.group_id is not None}),
-            "scores": scores,
-            "problems": self.index.problem_count,
-            "first_problems": self.index.problems,
+            "statuses": sorted(values.statuses),
+            "tasks": sorted(values.tasks)[:1000],
+            "groups": len(values.groups),
+            "scores": sorted(values.scores),
+            "problems": index.problem_count,
+            "first_problems": index.problems,
             "version": __version__,
         }
         return _json_response(aiohttp_web("agenttrace view"), info)
@@ -248,7 +248,7 @@ class ViewServer:
         if not run_a or not run_b:
             raise ValueError("give two runs: ?a=RUN&b=RUN")
         rows = self.index.snapshot()
-        runs = dict.fromkeys(row.run for row in rows)
+        runs = self.index.column_values()[0].runs
         unknown = [run for run in (run_a, run_b) if run not in runs]
         if unknown:
             known = ", ".join(list(runs)[:20]) or "none yet"
@@ -302,6 +302,9 @@ class ViewServer:
                         break
                     event = {**newer, "added": event["added"] + newer["added"]}
                 await response.write(_sse("indexed", event))
+                # at most one event per EVENT_GAP: a page refreshes on each, and a large run
+                # being indexed adds rows ten times a second
+                await asyncio.sleep(EVENT_GAP)
         except ConnectionResetError:  # the page went away
             pass
         finally:
