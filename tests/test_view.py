@@ -441,3 +441,35 @@ def test_step_tables_are_shown_as_the_trajectories_they_hold(tmp_path, serve) ->
     assert page["rows"][1]["error"] == "ValueError: bad" and page["rows"][0]["group_id"] == "g"
     _, found = get(server.url + f"api/episode/{page['rows'][2]['key']}")
     assert Trajectory.from_dict(found["trajectory"]) == truth[2]
+
+
+def test_a_trace_backend_is_rebuilt_first_as_export_does(cartpole_run, tmp_path) -> None:
+    from backend_servers import BackendServer, jaeger_v3_route
+    from conftest import SERVICE
+
+    live, records = cartpole_run
+    jaeger = BackendServer(jaeger_v3_route(records))
+    source = jaeger.url.replace("http://", "jaeger+http://")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agenttrace", "view", source, "--service", SERVICE,
+         "--since", "6h", "--no-follow"],
+        env=clean_environ(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    try:
+        url = process.stdout.readline().split()[-1]
+        assert wait_until(lambda: get(url + "api/info")[1]["episodes"] == len(live), 60)
+        _, info = get(url + "api/info")
+        assert info["runs"] == [f"jaeger-127.0.0.1-{jaeger.url.rsplit(':', 1)[1]}"]
+        _, page = get(url + "api/episodes?limit=100")
+        for row in page["rows"]:
+            _, found = get(url + f"api/episode/{row['key']}")
+            truth = next(t for t in live if t.episode_id == row["episode_id"])
+            assert Trajectory.from_dict(found["trajectory"]) == truth
+        assert jaeger.requests[0]["query"]["query.service_name"] == [SERVICE]
+    finally:
+        process.terminate()
+        process.wait(30)
+        jaeger.stop()

@@ -1,27 +1,30 @@
-"""``agenttrace view``: a local web page over runs, trajectory files or span files
-(docs/view.md).
+"""``agenttrace view``: a local web page over runs, trajectory files, step tables, span
+files or trace backends (docs/view.md).
 
 It indexes what the sources hold (through the same loaders as ``inspect`` and ``export``),
 serves the page on 127.0.0.1 at a free port, prints the link, and follows the files while a
-run writes them. Span files are rebuilt into trajectories first, in a temporary folder, as
-``agenttrace export`` would.
+run writes them. Span files and trace backends are rebuilt into trajectories first, one run
+folder each in a temporary folder, by ``agenttrace export``'s own rebuild.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import secrets
 import signal
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rich.console import Console
 
 from agenttrace.cli import export as export_command
 from agenttrace.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from agenttrace.collect.http_server import parse_address
+from agenttrace.sinks.files import safe_filename
 from agenttrace.storage import span_paths
 
 EPILOG = (
@@ -45,7 +48,9 @@ def add_parser(commands: Any) -> None:
         nargs="*",
         default=["agenttrace_runs"],
         metavar="PATH",
-        help="runs folder, run folder, trajectory file or span file (default: agenttrace_runs)",
+        help="runs folder, run folder, trajectory file, step-tables folder, span file, or a "
+        "trace backend as for agenttrace export --from (jaeger+http://HOST:16686, "
+        "tempo+http://HOST:3200, phoenix+http://HOST:6006/PROJECT); default: agenttrace_runs",
     )
     view.add_argument(
         "--listen",
@@ -70,6 +75,18 @@ def add_parser(commands: Any) -> None:
         "http://localhost:16686/trace/{trace_id} (Jaeger)",
     )
     view.add_argument(
+        "--service",
+        metavar="NAME",
+        help="with a trace backend (jaeger+http://..., tempo+..., phoenix+...): the service "
+        "whose episodes to rebuild, as for agenttrace export",
+    )
+    view.add_argument(
+        "--since",
+        metavar="TIME",
+        help="with a trace backend or span file: episodes starting at or after TIME (ISO 8601 "
+        "or an age such as 6h), as for agenttrace export",
+    )
+    view.add_argument(
         "--no-follow",
         dest="follow",
         action="store_false",
@@ -77,29 +94,46 @@ def add_parser(commands: Any) -> None:
     )
 
 
-def _span_sources(sources: list[str]) -> list[str]:
-    """The sources that are span files (to rebuild first)."""
-    found = []
-    for source in sources:
-        path = Path(source)
-        if path.is_file() and span_paths.sniff(str(path)).is_spans:
-            found.append(source)
-    return found
+#: Sources read from trace storage (``agenttrace export --from`` takes the same).
+TRACE_BACKENDS = ("jaeger+", "tempo+", "phoenix+")
 
 
-def _rebuild(span_files: list[str], folder: Path, err: Console) -> Path | None:
-    """Trajectories rebuilt from span files into ``folder``, as ``agenttrace export`` does."""
+def _rebuilt_first(source: str) -> bool:
+    """A span file or a trace backend: trajectories are rebuilt from it before viewing."""
+    if source.startswith(TRACE_BACKENDS):
+        return True
+    path = Path(source)
+    return path.is_file() and span_paths.sniff(str(path)).is_spans
+
+
+def _run_name(source: str) -> str:
+    """The run a rebuilt source is shown as: a span file's run folder, a backend's address."""
+    if source.startswith(TRACE_BACKENDS):
+        parts = urlsplit(source.split("+", 1)[1])
+        words = f"{source.split('+', 1)[0]}-{parts.netloc}{parts.path}"
+        return safe_filename(re.sub(r"[^A-Za-z0-9._-]+", "-", words).strip("-"))
+    path = Path(source).resolve()
+    return safe_filename(path.parent.name or path.stem)
+
+
+def _rebuild(source: str, folder: Path, args: argparse.Namespace, err: Console) -> Path | None:
+    """Trajectories rebuilt from one source into ``folder``, as ``agenttrace export`` does
+    (``--service``, ``--since`` passed on); None when the export failed (it said why)."""
     parser = argparse.ArgumentParser(prog="agenttrace")
     export_command.add_parser(parser.add_subparsers(dest="command"))
-    out = folder / "rebuilt" / "trajectories.jsonl"
+    name, number = _run_name(source), 1
+    while (folder / name).exists():  # two sources of one name stay two runs
+        number += 1
+        name = f"{_run_name(source)}-{number}"
+    out = folder / name / "trajectories.jsonl"
     out.parent.mkdir(parents=True)
-    argv = ["export", "--quiet", "--out", str(out)]
-    for path in span_files:
-        argv += ["--from", path]
-    args = parser.parse_args(argv)
-    quiet = Console(stderr=True, quiet=True)
-    code = export_command.run(args, quiet, err)
-    return out if code == EXIT_OK and out.exists() else None
+    argv = ["export", "--quiet", "--from", source, "--out", str(out)]
+    if args.service:
+        argv += ["--service", args.service]
+    if args.since:
+        argv += ["--since", args.since]
+    code = export_command.run(parser.parse_args(argv), Console(stderr=True, quiet=True), err)
+    return out.parent if code == EXIT_OK and out.exists() else None
 
 
 def run(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -113,14 +147,18 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_USAGE
     token = args.token or (secrets.token_urlsafe(16) if args.expose else None)
     with tempfile.TemporaryDirectory(prefix="agenttrace-view-") as scratch:
-        spans = _span_sources(sources)
-        if spans:
-            err.print(f"agenttrace view: rebuilding trajectories from {len(spans)} span file(s)")
-            rebuilt = _rebuild(spans, Path(scratch), err)
+        viewed = []
+        for source in sources:
+            if not _rebuilt_first(source):
+                viewed.append(source)
+                continue
+            err.print(f"agenttrace view: rebuilding trajectories from {source}")
+            rebuilt = _rebuild(source, Path(scratch), args, err)
             if rebuilt is None:
-                err.print("agenttrace view: error: the span files could not be rebuilt")
+                err.print(f"agenttrace view: error: no trajectories could be rebuilt from {source}")
                 return EXIT_FAILURE
-            sources = [s for s in sources if s not in spans] + [str(rebuilt)]
+            viewed.append(str(rebuilt))
+        sources = viewed
         try:
             server = ViewServer(
                 sources,
