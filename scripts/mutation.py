@@ -1,4 +1,5 @@
-"""Mutation testing of the trajectory rebuild: mutmut's full run, one module at a time.
+"""Mutation testing of the trajectory rebuild (and the viewer's queries): mutmut's full run,
+one module at a time.
 
     python3 scripts/mutation.py                      # all modules below, one after another
     python3 scripts/mutation.py --module outcome     # one (a name below, or its path)
@@ -62,6 +63,9 @@ MODULES: dict[str, list[str]] = {
         "tests/test_conventions.py",
         "tests/test_conventions_openinference.py",
     ],
+    "queries": [
+        "tests/test_view_queries.py",
+    ],
     "codec": [
         "tests/test_codec_rules.py",
         "tests/test_equality_rules.py",
@@ -70,8 +74,15 @@ MODULES: dict[str, list[str]] = {
     ],
 }
 
+#: Modules outside agenttrace/trajectory/: their paths.
+PATHS = {"queries": "agenttrace/view/queries.py"}
+
 #: mutmut's result words (``mutmut results --all true``) -> the summary's columns.
 _COLUMNS = ("killed", "survived", "timeout", "no tests", "suspicious", "skipped", "other")
+
+
+def module_path(module: str) -> str:
+    return PATHS.get(module, f"agenttrace/trajectory/{module}.py")
 
 
 def _scratch(module: str, workdir: Path, root: Path) -> None:
@@ -92,7 +103,7 @@ def _scratch(module: str, workdir: Path, root: Path) -> None:
         (pytest_section.group(0) if pytest_section else "")
         + "\n\n[tool.mutmut]\n"
         + 'source_paths = ["agenttrace"]\n'
-        + f'only_mutate = ["agenttrace/trajectory/{module}.py"]\n'
+        + f'only_mutate = ["{module_path(module)}"]\n'
         + f"pytest_add_cli_args_test_selection = [{quoted}]\n"
         + 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:phoenix"]\n'
         + "use_git_change_detection = false\n"
@@ -189,7 +200,8 @@ def summary(results: list[dict]) -> str:
         c, total = r["counts"], r["total"]
         score = 100.0 * c["killed"] / total if total else 0.0
         lines.append(
-            f"| `trajectory/{r['module']}.py` | {c['killed']} / {total} | {score:.1f} % "
+            f"| `{module_path(r['module']).removeprefix('agenttrace/')}` | {c['killed']} / {total} "
+            f"| {score:.1f} % "
             f"| {c['survived']} | {c['timeout']} | {c['no tests']} | {r['seconds'] / 60:.0f} |"
         )
     for r in results:

@@ -24,11 +24,15 @@ def load_script():
     return module
 
 
-def test_the_five_core_modules_are_scored():
-    modules = load_script().MODULES
-    assert set(modules) == {"outcome", "codec", "assembler", "call_placement", "conventions"}
+def test_the_core_modules_are_scored():
+    script = load_script()
+    modules = script.MODULES
+    assert set(modules) == {
+        "outcome", "codec", "assembler", "call_placement", "conventions", "queries"
+    }  # fmt: skip
     for name in modules:
-        assert (ROOT / "agenttrace" / "trajectory" / f"{name}.py").is_file(), name
+        assert (ROOT / script.module_path(name)).is_file(), name
+    assert script.module_path("queries") == "agenttrace/view/queries.py"
 
 
 @pytest.mark.parametrize("module", sorted(load_script().MODULES))
