@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"
-#: No sandbox (containers, root), no GPU, and nothing that reaches the network by itself.
+#: No sandbox (containers, root), no GPU, no /dev/shm (small in containers: Chromium's
+#: renderer crashes when it fills), and nothing that reaches the network by itself.
 CHROMIUM_ARGS = [
     "--no-sandbox",
+    "--disable-dev-shm-usage",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
