@@ -77,10 +77,14 @@ def test_filters_from_the_query_string() -> None:
     for yes in ("1", "true", "yes"):
         assert Filters.from_query({"errors": yes}).errors_only
     assert not Filters.from_query({"errors": "0"}).errors_only
-    with pytest.raises(ValueError, match="min_return must be a number, not 'x'"):
+    with pytest.raises(ValueError, match=r"^min_return must be a number, not 'x'$"):
         Filters.from_query({"min_return": "x"})
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match=r"^max_return must be a number, not 'y'$"):
+        Filters.from_query({"max_return": "y"})
+    with pytest.raises(ValueError, match=r"^max_return must be a number, not NaN$"):
         Filters.from_query({"max_return": "nan"})
+    # an empty box is no bound
+    assert Filters.from_query({"min_return": "", "max_return": ""}) == Filters()
 
 
 def test_each_filter_keeps_exactly_its_rows() -> None:
@@ -106,6 +110,8 @@ def test_each_filter_keeps_exactly_its_rows() -> None:
     assert kept(max_return="1") == [0, 1, 2]
     assert kept(min_return="0", max_return="1") == [1, 2]
     assert kept(q="EP-2") == [2]
+    assert kept(q="ep-1 t2") == [1]  # (the fields are searched as one text, space-joined)
+    assert kept(q="x") == [0]  # no field's missing value matches anything
     assert kept(q="valueerror") == [0]  # the error text is searched
     assert kept(q="g2") == [2] and kept(q="t2") == [1, 4]
     assert Filters.from_query({"run": "a"}).apply(rows) == rows[:2]
@@ -143,8 +149,12 @@ def test_pages_sort_by_a_score_and_refuse_unknown_columns() -> None:
     assert ids(page(rows, Filters(), sort="score:judge", descending=True)) == [
         "ep-2", "ep-0", "ep-3", "ep-1"
     ]  # fmt: skip
-    with pytest.raises(ValueError, match="cannot sort by 'bogus'"):
+    with pytest.raises(ValueError) as refused:
         page(rows, Filters(), sort="bogus")
+    assert str(refused.value) == (
+        "cannot sort by 'bogus': one of key, return, length, duration_s, start_time, status, "
+        "task_id, group_id, episode_id, run or score:NAME"
+    )
 
 
 def test_pages_are_windows_of_the_kept_rows() -> None:
@@ -156,8 +166,10 @@ def test_pages_are_windows_of_the_kept_rows() -> None:
     assert page(rows, Filters(), limit=1000)["total"] == 10
     assert page(rows, Filters(), limit=1)["rows"] == [rows[0].to_json()]
     for bad in ({"offset": -1}, {"limit": 0}, {"limit": 1001}):
-        with pytest.raises(ValueError, match="offset must be >= 0 and limit between 1 and 1000"):
+        with pytest.raises(ValueError, match=r"^offset must be >= 0 and limit between 1 and 1000$"):
             page(rows, Filters(), **bad)
+    many = [row(n) for n in range(60)]
+    assert page(many, Filters())["limit"] == 50 and len(page(many, Filters())["rows"]) == 50
 
 
 # --- summary ---------------------------------------------------------------------------------
@@ -227,6 +239,17 @@ def test_plots_in_start_order_with_a_rolling_band() -> None:
             assert found[f"return_p{q}"][n] == pytest.approx(np.percentile(band, q))
     few = plots(rows[:40], Filters())
     assert few["window"] == 5  # at least 5
+    # episodes with no start time come after those with one, in index order
+    mixed = [row(0, ret=1.0), row(1, ret=2.0, start=50), row(2, ret=3.0), row(3, ret=4.0, start=9)]
+    assert plots(mixed, Filters())["return"] == [4.0, 2.0, 1.0, 3.0]
+    # a window of episodes without a return has no band
+    blank = [row(n, ret=None, start=n) for n in range(6)] + [row(6, ret=1.0, start=6)]
+    found = plots(blank, Filters())
+    assert found["return_p50"][:6] == [None] * 6 and found["return_mean"][0] is None
+    assert found["return_p50"][6] == 1.0
+    # exactly as many episodes as points: one episode a point still
+    exact = plots([row(n, ret=float(n), start=n) for n in range(2000)], Filters())
+    assert not exact["downsampled"] and len(exact["x"]) == 2000
 
 
 def test_plots_of_many_episodes_are_bucketed() -> None:
@@ -278,12 +301,15 @@ def test_plots_of_latency_tokens_and_groups_come_from_the_steps() -> None:
         )
 
     rows = [make_row(trajectory(n, f"g{n % 2}", float(n)), n, "r", 0, n) for n in range(6)]
+    rows.append(row(6, ret=7.0))  # no group: in no group's spread
+    rows.append(row(7, ret=None, group="g0"))  # no return: not counted in its group
     assert rows[0].step_ms == pytest.approx(2.0) and rows[0].llm_ms == pytest.approx(8.0)
     assert (rows[0].input_tokens, rows[0].output_tokens) == (60, 3)
     assert rows[3].duration_s == pytest.approx(2.0) and rows[3].group_id == "g1"
     found = plots(rows, Filters())
-    assert found["step_ms"] == pytest.approx([2.0] * 6) and found["llm_ms"] == [8.0] * 6
-    assert found["input_tokens"] == [60.0] * 6 and found["output_tokens"] == [3.0] * 6
+    assert found["step_ms"][:6] == pytest.approx([2.0] * 6) and found["llm_ms"][:6] == [8.0] * 6
+    assert found["input_tokens"][:6] == [60.0] * 6 and found["output_tokens"][:6] == [3.0] * 6
+    assert found["step_ms"][6:] == [None, None] and found["input_tokens"][6:] == [0.0, 0.0]
     groups = {g["group_id"]: g for g in found["groups"]}
     for name, members in (("g0", [0.0, 2.0, 4.0]), ("g1", [1.0, 3.0, 5.0])):
         assert groups[name]["count"] == 3

@@ -329,7 +329,8 @@ COMPARED = ("observation", "action", "reward", "terminated", "truncated")
 
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=repr)
+    """A step field's JSON (already the codec's: plain JSON values), keys in order."""
+    return json.dumps(value, sort_keys=True)
 
 
 def first_difference(a: Trajectory, b: Trajectory) -> tuple[int | None, list[str]]:
