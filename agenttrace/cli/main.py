@@ -37,8 +37,8 @@ from agenttrace.cli import demo as demo_task
 from agenttrace.cli import episode_view, export_ray
 from agenttrace.cli import export as export_command
 from agenttrace.cli import gateway as gateway_command
-from agenttrace.cli import view as view_command
 from agenttrace.cli import score as score_command
+from agenttrace.cli import view as view_command
 from agenttrace.cli.exits import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
