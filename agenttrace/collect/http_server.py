@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,13 @@ from typing import Any
 from agenttrace._threads import start_daemon
 from agenttrace._version import install_hint
 
-__all__ = ["BackgroundHttpServer", "aiohttp_web", "new_event_loop", "parse_address"]
+__all__ = [
+    "BackgroundHttpServer",
+    "aiohttp_web",
+    "is_loopback",
+    "new_event_loop",
+    "parse_address",
+]
 
 #: Largest request body taken (the SDK batches 512 spans a request; model requests with long
 #: conversations and images are larger).
@@ -43,6 +50,15 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (127.0.0.0/8, ::1, localhost): the servers on this
+    stack listen there unless told otherwise, and need a key or token anywhere else."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -105,6 +121,18 @@ class BackgroundHttpServer:
         finally:
             loop.run_until_complete(self._runner.cleanup())
             loop.close()
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> bool:
+        """Run ``callback(*args)`` on the server's loop, from any thread; False when the
+        server is not running (nothing is run)."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return False
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # closed in between
+            return False
+        return True
 
     def stop(self, timeout: float = 10.0) -> None:
         loop, thread = self._loop, self._thread

@@ -9,10 +9,9 @@ agenttrace pipeline.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
-from agenttrace.collect.http_server import BackgroundHttpServer
+from agenttrace.collect.http_server import BackgroundHttpServer, is_loopback
 from agenttrace.gateway.proxy import GatewaySettings, add_gateway_routes
 from agenttrace.gateway.recorder import EpisodeBook
 
@@ -23,11 +22,7 @@ DEFAULT_ADDRESS = "127.0.0.1:4000"
 
 def check_exposure(host: str, settings: GatewaySettings, *, exposed: bool) -> None:
     """Listening beyond loopback needs the explicit flag and a key clients must send."""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if loopback:
+    if is_loopback(host):
         return
     if not exposed:
         raise ValueError(

@@ -9,9 +9,7 @@ interface needs ``exposed=True`` and a token, which each request must carry (``?
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
-import ipaddress
 import json
 import math
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from agenttrace._version import __version__
-from agenttrace.collect.http_server import BackgroundHttpServer, aiohttp_web
+from agenttrace.collect.http_server import BackgroundHttpServer, aiohttp_web, is_loopback
 from agenttrace.view import queries
 from agenttrace.view.index import EpisodeIndex
 
@@ -35,11 +33,7 @@ EVENT_GAP = 0.5
 
 def check_exposure(host: str, token: str | None, *, exposed: bool) -> None:
     """Listening beyond loopback needs the explicit flag and a token."""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if loopback:
+    if is_loopback(host):
         return
     if not exposed:
         raise ValueError(
@@ -110,10 +104,8 @@ class ViewServer:
 
     def stop(self) -> None:
         self.index.stop()
-        loop = self.server._loop
-        if loop is not None and loop.is_running():
-            for stream in list(self._streams):  # end the event streams: stop waits for them
-                loop.call_soon_threadsafe(stream.put_nowait, None)
+        for stream in list(self._streams):  # end the event streams: stop waits for them
+            self.server.call_soon(stream.put_nowait, None)
         self.server.stop()
 
     # --- events -------------------------------------------------------------------------
@@ -122,13 +114,11 @@ class ViewServer:
         return {"episodes": len(self.index.rows), "indexing": self.index.indexing, "added": added}
 
     def _indexed(self, added: int) -> None:
-        loop = self.server._loop
-        if loop is None or not self._streams:
+        if not self._streams:
             return
         event = self._event(added)
         for stream in list(self._streams):
-            with contextlib.suppress(RuntimeError):  # the loop is closing
-                loop.call_soon_threadsafe(stream.put_nowait, event)
+            self.server.call_soon(stream.put_nowait, event)
 
     # --- routes -------------------------------------------------------------------------
 
