@@ -44,23 +44,9 @@
       section.setAttribute("data-state", "ready");
       return null;
     }
-    let gone = false;
-    AT.api("compare/runs", { a: params.a, b: params.b })
-      .then((data) => {
-        if (gone) return;
-        showRuns(body, data);
-        section.setAttribute("data-state", "ready");
-      })
-      .catch((err) => {
-        if (gone) return;
-        body.appendChild(AT.message(String(err.message || err), "error"));
-        section.setAttribute("data-state", "error");
-      });
-    return {
-      leave() {
-        gone = true;
-      },
-    };
+    return AT.loadPage(section, body, AT.api("compare/runs", { a: params.a, b: params.b }), (data) =>
+      showRuns(body, data)
+    );
   }
 
   function showRuns(body, data) {
@@ -191,29 +177,14 @@
     section.appendChild(h("p", null, h("a", { href: "#/", "data-testid": "back" }, "‹ Episodes")));
     const body = h("div", { class: "stack" }, h("p", { class: "muted" }, "Loading…"));
     section.appendChild(body);
-    let gone = false;
     if (!params.a || !params.b) {
       clear(body).appendChild(AT.message("Pick two episodes in the table (the checkboxes), then Compare.", "info"));
       section.setAttribute("data-state", "error");
       return null;
     }
-    AT.api("compare/episodes", { a: params.a, b: params.b })
-      .then((data) => {
-        if (gone) return;
-        clear(body);
-        showEpisodes(body, data);
-        section.setAttribute("data-state", "ready");
-      })
-      .catch((err) => {
-        if (gone) return;
-        clear(body).appendChild(AT.message(String(err.message || err), "error"));
-        section.setAttribute("data-state", "error");
-      });
-    return {
-      leave() {
-        gone = true;
-      },
-    };
+    return AT.loadPage(section, body, AT.api("compare/episodes", { a: params.a, b: params.b }), (data) =>
+      showEpisodes(body, data)
+    );
   }
 
   function showEpisodes(body, data) {

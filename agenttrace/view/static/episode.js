@@ -252,43 +252,26 @@
     const body = h("div", { class: "stack" }, h("p", { class: "muted" }, "Loading…"));
     section.appendChild(body);
     root.appendChild(section);
-    let gone = false;
-
-    AT.api("episode/" + encodeURIComponent(key))
-      .then((data) => {
-        if (gone) return;
-        clear(body);
-        const t = data.trajectory;
-        const steps = t.steps || [];
-        document.title = `Episode ${t.episode_id} · agenttrace view`;
-        body.appendChild(header(data));
-        const chart = AT.charts.panel("Steps", "step-chart", "reward, return so far, done flags, step duration");
-        body.appendChild(h("section", { class: "card" }, chart.node));
-        body.appendChild(
-          h(
-            "section",
-            { class: "card" },
-            h("h2", null, `Steps (${steps.length})`),
-            steps.length ? h("div", { class: "table-wrap" }, stepsTable(steps)) : h("p", { class: "muted" }, "No steps.")
-          )
-        );
-        body.appendChild(h("section", { class: "card" }, h("h2", null, "Transcript"), AT.transcript.render(steps)));
-        body.appendChild(h("section", { class: "card" }, h("h2", null, "Scores"), scoresTable(t.scores)));
-        if (steps.length) timeline(chart.box, steps);
-        else chart.box.appendChild(h("div", { class: "muted empty-chart" }, "no steps"));
-        section.setAttribute("data-state", "ready");
-      })
-      .catch((err) => {
-        if (gone) return;
-        clear(body).appendChild(AT.message(String(err.message || err), "error"));
-        section.setAttribute("data-state", "error");
-      });
-
-    return {
-      leave() {
-        gone = true;
-      },
-    };
+    return AT.loadPage(section, body, AT.api("episode/" + encodeURIComponent(key)), (data) => {
+      const t = data.trajectory;
+      const steps = t.steps || [];
+      document.title = `Episode ${t.episode_id} · agenttrace view`;
+      body.appendChild(header(data));
+      const chart = AT.charts.panel("Steps", "step-chart", "reward, return so far, done flags, step duration");
+      body.appendChild(h("section", { class: "card" }, chart.node));
+      body.appendChild(
+        h(
+          "section",
+          { class: "card" },
+          h("h2", null, `Steps (${steps.length})`),
+          steps.length ? h("div", { class: "table-wrap" }, stepsTable(steps)) : h("p", { class: "muted" }, "No steps.")
+        )
+      );
+      body.appendChild(h("section", { class: "card" }, h("h2", null, "Transcript"), AT.transcript.render(steps)));
+      body.appendChild(h("section", { class: "card" }, h("h2", null, "Scores"), scoresTable(t.scores)));
+      if (steps.length) timeline(chart.box, steps);
+      else chart.box.appendChild(h("div", { class: "muted empty-chart" }, "no steps"));
+    });
   }
 
   AT.episode = { cumulative, rewardNumber };

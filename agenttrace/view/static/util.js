@@ -181,6 +181,30 @@ window.AT = window.AT || {};
     return h("div", { class: `notice notice-${kind}`, "data-testid": `notice-${kind}` }, text);
   }
 
+  // Fill a page when its data comes: `show(data)` into a cleared `body`, or the error there;
+  // the section's data-state says which (tests wait on it). Returns the page's handle: once
+  // it is left, a late answer is dropped.
+  function loadPage(section, body, request, show) {
+    let gone = false;
+    request
+      .then((data) => {
+        if (gone) return;
+        clear(body);
+        show(data);
+        section.setAttribute("data-state", "ready");
+      })
+      .catch((err) => {
+        if (gone) return;
+        clear(body).appendChild(message(String(err.message || err), "error"));
+        section.setAttribute("data-state", "error");
+      });
+    return {
+      leave() {
+        gone = true;
+      },
+    };
+  }
+
   // Run `fn` at most once per `ms`, the last call winning (search boxes).
   function debounce(fn, ms) {
     let timer = null;
@@ -210,6 +234,7 @@ window.AT = window.AT || {};
     statusColor,
     statusBadge,
     message,
+    loadPage,
     debounce,
     PALETTE,
   });
