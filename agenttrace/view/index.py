@@ -201,7 +201,7 @@ class EpisodeIndex:
         self.follow = follow
         self.poll = poll
         self.rows: list[EpisodeRow] = []
-        self.values = ColumnValues()
+        self._values = ColumnValues()
         self.files: list[_File] = []
         self.problems: list[str] = []
         self.problem_count = 0
@@ -211,7 +211,6 @@ class EpisodeIndex:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._listeners: list[Callable[[int], None]] = []
-        self._passes = 0
         self._busy = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -237,10 +236,6 @@ class EpisodeIndex:
         """``listener(added)`` after each batch of new rows (from the reading thread)."""
         self._listeners.append(listener)
 
-    def unlisten(self, listener: Callable[[int], None]) -> None:
-        with contextlib.suppress(ValueError):
-            self._listeners.remove(listener)
-
     @property
     def indexing(self) -> bool:
         return self._busy
@@ -264,16 +259,12 @@ class EpisodeIndex:
                 self._problem(f"reading stopped for a moment: {type(exc).__name__}: {exc}")
                 added = 0
             with self._changed:
-                self._passes += 1
                 self._busy = added > 0
                 self._changed.notify_all()
             if added:
                 continue  # more may be waiting: read on before sleeping
             if not self.follow:
-                with self._changed:
-                    self._busy = False
-                    self._changed.notify_all()
-                return
+                return  # (everything read: _busy is False)
             self._stop.wait(self.poll)
 
     def _one_pass(self) -> int:
@@ -371,11 +362,14 @@ class EpisodeIndex:
                 row.key = len(self.rows)
                 self.rows.append(row)
                 self._keys_by_episode.setdefault(row.episode_id, []).append(row.key)
-                self.values.add(row)
+                self._values.add(row)
+        self._notify(len(batch))
+        return len(batch)
+
+    def _notify(self, added: int) -> None:
         for listener in list(self._listeners):
             with contextlib.suppress(Exception):  # a listener never stops the reading
-                listener(len(batch))
-        return len(batch)
+                listener(added)
 
     def _refresh_scores(self, paths: list[Path]) -> None:
         """Re-read the score files when one appeared or changed; rows they touch are redone."""
@@ -390,10 +384,11 @@ class EpisodeIndex:
         if stamps == self._scores.stamps:
             return
         by_episode = read_scores(list(stamps), self._report)
+        before = self._scores.by_episode
         touched = {
             episode_id
-            for episode_id, scores in by_episode.items()
-            if scores != self._scores.by_episode.get(episode_id)
+            for episode_id in {*by_episode, *before}  # (a score file gone takes its scores)
+            if by_episode.get(episode_id) != before.get(episode_id)
         }
         self._scores = _Scores(by_episode, stamps)
         for episode_id in touched:
@@ -404,11 +399,9 @@ class EpisodeIndex:
                     row = make_row(trajectory, key, old.run, old.file, old.offset)
                     with self._lock:
                         self.rows[key] = row
-                        self.values.add(row)
+                        self._values.add(row)
         if touched:
-            for listener in list(self._listeners):
-                with contextlib.suppress(Exception):
-                    listener(0)
+            self._notify(0)  # (rows changed, none added)
 
     def _report(self, error: TrajectoryLoadError) -> None:
         self._problem(str(error))
@@ -427,7 +420,7 @@ class EpisodeIndex:
     def column_values(self) -> tuple[ColumnValues, int]:
         """A copy of the distinct values seen, and the number of rows."""
         with self._lock:
-            values = self.values
+            values = self._values
             copy = ColumnValues(
                 dict(values.runs),
                 set(values.statuses),
