@@ -237,7 +237,8 @@ def test_ctrl_c_stops_the_program_but_the_helper_finishes_the_files(tmp_path) ->
                 with at.env_step() as step:
                     step.record(reward=1.0, terminated=True)
         print("ready", flush=True)
-        time.sleep(60)
+        for _ in range(600):  # short sleeps: see WAIT_IN_SHORT_SLEEPS in test_process_end
+            time.sleep(0.1)
         """
     )
     program = subprocess.Popen(
