@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 import agenttrace as at
 from agenttrace.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from agenttrace.cli.export_args import int_at_least
-from agenttrace.collect.http_server import parse_address
+from agenttrace.collect.http_server import parse_address, serving_until_signalled
 from agenttrace.gateway import Gateway, GatewaySettings
 from agenttrace.gateway.routes import DEFAULT_PREFIXES
 
@@ -170,25 +169,21 @@ def run_gateway(args: argparse.Namespace, out: Console, err: Console) -> int:
         return EXIT_USAGE
     if settings.tokens:
         at.configure(tokens=True)
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with serving_until_signalled() as wait_for_signal:
         try:
-            gateway.start()
-        except OSError as exc:
-            err.print(f"agenttrace gateway: error: cannot start: {exc}")
-            return EXIT_FAILURE
-        err.print(
-            f"agenttrace gateway: {gateway.url} -> {settings.upstream}; point clients at "
-            f"{gateway.url}/v1 (or {gateway.url}/e/EPISODE/v1); Ctrl-C to stop"
-        )
-        while not stop.wait(0.5):
-            pass
-    finally:
-        gateway.stop()
-        at.shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            try:
+                gateway.start()
+            except OSError as exc:
+                err.print(f"agenttrace gateway: error: cannot start: {exc}")
+                return EXIT_FAILURE
+            err.print(
+                f"agenttrace gateway: {gateway.url} -> {settings.upstream}; point clients at "
+                f"{gateway.url}/v1 (or {gateway.url}/e/EPISODE/v1); Ctrl-C to stop"
+            )
+            wait_for_signal()
+        finally:
+            gateway.stop()
+            at.shutdown()
     return EXIT_OK
 
 

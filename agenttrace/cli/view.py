@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import secrets
-import signal
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +21,7 @@ from rich.console import Console
 
 from agenttrace.cli import export as export_command
 from agenttrace.cli.exits import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from agenttrace.collect.http_server import parse_address
+from agenttrace.collect.http_server import parse_address, serving_until_signalled
 from agenttrace.sinks.files import safe_filename
 from agenttrace.storage import span_paths
 
@@ -179,22 +177,18 @@ def run(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _serve(server: Any, token: str | None, out: Console, err: Console) -> int:
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with serving_until_signalled() as wait_for_signal:
         try:
-            server.start()
-        except OSError as exc:
-            err.print(f"agenttrace view: error: cannot start: {exc}")
-            return EXIT_FAILURE
-        link = server.url + (f"?token={token}" if token else "")
-        out.print(f"agenttrace view: {link}", soft_wrap=True)
-        following = "following the files as they grow; " if server.index.follow else ""
-        err.print(f"agenttrace view: {following}Ctrl-C to stop")
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            try:
+                server.start()
+            except OSError as exc:
+                err.print(f"agenttrace view: error: cannot start: {exc}")
+                return EXIT_FAILURE
+            link = server.url + (f"?token={token}" if token else "")
+            out.print(f"agenttrace view: {link}", soft_wrap=True)
+            following = "following the files as they grow; " if server.index.follow else ""
+            err.print(f"agenttrace view: {following}Ctrl-C to stop")
+            wait_for_signal()
+        finally:
+            server.stop()
     return EXIT_OK

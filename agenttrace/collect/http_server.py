@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from agenttrace._threads import start_daemon
@@ -23,6 +25,7 @@ __all__ = [
     "is_loopback",
     "new_event_loop",
     "parse_address",
+    "serving_until_signalled",
 ]
 
 #: Largest request body taken (the SDK batches 512 spans a request; model requests with long
@@ -67,6 +70,26 @@ def parse_address(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"address {value!r} is not HOST:PORT")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@contextlib.contextmanager
+def serving_until_signalled() -> Iterator[Callable[[], None]]:
+    """For the commands that serve until Ctrl-C or SIGTERM: yields ``wait()``, which returns
+    once either comes, so the command stops its server cleanly instead of dying mid-write.
+    The handlers there before are put back on leaving."""
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def wait() -> None:
+        # Short waits: Python runs a signal handler only between them.
+        while not stop.wait(0.5):
+            pass
+
+    try:
+        yield wait
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class BackgroundHttpServer:

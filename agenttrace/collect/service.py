@@ -11,13 +11,15 @@ late spans.
 
 from __future__ import annotations
 
-import signal
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agenttrace.collect.collector import Collector, CollectSettings
-from agenttrace.collect.http_server import BackgroundHttpServer, parse_address
+from agenttrace.collect.http_server import (
+    BackgroundHttpServer,
+    parse_address,
+    serving_until_signalled,
+)
 from agenttrace.collect.receivers import add_trace_routes, start_grpc_server
 
 __all__ = ["CollectService", "parse_address", "run_forever"]
@@ -143,26 +145,20 @@ def run_forever(
     """Start ``service`` and serve until SIGINT or SIGTERM, then stop it cleanly.
     ``on_started(service)`` runs once it listens, ``on_stopping()`` before it stops (what is
     mounted beside it: the gateway's spans go to the service, so they must flush first)."""
-    stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        service.start()
-        if on_started is not None:
-            on_started(service)
-        announce(
-            f"agenttrace collect: listening on {', '.join(service.addresses())}; writing to "
-            f"{service.settings.out} (health: /health; Ctrl-C to stop)"
-        )
-        while not stop.wait(0.5):
-            pass
-        announce("agenttrace collect: stopping")
-    finally:
+    with serving_until_signalled() as wait_for_signal:
         try:
-            if on_stopping is not None:
-                on_stopping()
+            service.start()
+            if on_started is not None:
+                on_started(service)
+            announce(
+                f"agenttrace collect: listening on {', '.join(service.addresses())}; writing to "
+                f"{service.settings.out} (health: /health; Ctrl-C to stop)"
+            )
+            wait_for_signal()
+            announce("agenttrace collect: stopping")
         finally:
-            service.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            try:
+                if on_stopping is not None:
+                    on_stopping()
+            finally:
+                service.stop()
