@@ -66,6 +66,11 @@ MODULES: dict[str, list[str]] = {
     "queries": [
         "tests/test_view_queries.py",
     ],
+    "view_index": [
+        "tests/test_view_index.py",
+        "tests/test_view_queries.py",
+        "tests/test_view.py",
+    ],
     "codec": [
         "tests/test_codec_rules.py",
         "tests/test_equality_rules.py",
@@ -75,7 +80,7 @@ MODULES: dict[str, list[str]] = {
 }
 
 #: Modules outside agenttrace/trajectory/: their paths.
-PATHS = {"queries": "agenttrace/view/queries.py"}
+PATHS = {"queries": "agenttrace/view/queries.py", "view_index": "agenttrace/view/index.py"}
 
 #: mutmut's result words (``mutmut results --all true``) -> the summary's columns.
 _COLUMNS = ("killed", "survived", "timeout", "no tests", "suspicious", "skipped", "other")

@@ -28,11 +28,13 @@ def test_the_core_modules_are_scored():
     script = load_script()
     modules = script.MODULES
     assert set(modules) == {
-        "outcome", "codec", "assembler", "call_placement", "conventions", "queries"
+        "outcome", "codec", "assembler", "call_placement", "conventions", "queries",
+        "view_index",
     }  # fmt: skip
     for name in modules:
         assert (ROOT / script.module_path(name)).is_file(), name
     assert script.module_path("queries") == "agenttrace/view/queries.py"
+    assert script.module_path("view_index") == "agenttrace/view/index.py"
 
 
 @pytest.mark.parametrize("module", sorted(load_script().MODULES))
