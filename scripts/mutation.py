@@ -1,5 +1,5 @@
-"""Mutation testing of the trajectory rebuild (and the viewer's queries): mutmut's full run,
-one module at a time.
+"""Mutation testing of the trajectory rebuild (and the viewer's queries and index): mutmut's
+full run, one module at a time.
 
     python3 scripts/mutation.py                      # all modules below, one after another
     python3 scripts/mutation.py --module outcome     # one (a name below, or its path)

@@ -441,9 +441,7 @@ def test_a_followed_file_that_goes_away_keeps_its_rows(tmp_path) -> None:
     try:
         assert index.follow and index.wait_idle(30)
         path.unlink()
-        passes = index.files[0]
-        assert passes.path == path
-        assert wait_until(lambda: False, 0.2) is False  # a few polls over the missing file
+        wait_until(lambda: False, 0.2)  # a few polls over the missing file
         assert [r.episode_id for r in index.snapshot()] == ["a"]
         assert index.problem_count == 0 and not index.indexing
     finally:
