@@ -349,10 +349,13 @@ class EpisodeIndex:
             self._problem(f"{folder}: {type(exc).__name__}: {exc}")
 
     def _row(self, trajectory: Trajectory, file: int, offset: int) -> EpisodeRow:
+        self._apply_late_scores(trajectory)
+        return make_row(trajectory, -1, self.files[file].run, file, offset)
+
+    def _apply_late_scores(self, trajectory: Trajectory) -> None:
         late = self._scores.by_episode.get(trajectory.episode_id)
         if late:
             apply_scores(trajectory, late)
-        return make_row(trajectory, -1, self.files[file].run, file, offset)
 
     def _publish(self, batch: list[EpisodeRow]) -> int:
         if not batch:
@@ -457,11 +460,8 @@ class EpisodeIndex:
             trajectory = next(
                 (t for n, t in enumerate(reader) if n == row.offset), None
             )  # (records are counted as the index counted them: the good ones)
-        if trajectory is None:
-            return None
-        late = self._scores.by_episode.get(trajectory.episode_id)
-        if late:
-            apply_scores(trajectory, late)
+        if trajectory is not None:
+            self._apply_late_scores(trajectory)
         return trajectory
 
     def source_of(self, row: EpisodeRow) -> str:
